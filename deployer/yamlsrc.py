@@ -1,0 +1,90 @@
+"""YAML loading that remembers where each mapping and key came from, for errors naming file:line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deployer.errors import InputError
+
+
+class SourceDict(dict):
+    """A dict loaded from YAML that knows its file and the line of each of its keys."""
+
+    source: str = "<unknown>"
+    line: int | None = None
+    key_lines: dict[Any, int]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.key_lines = {}
+
+    def line_of(self, key: Any) -> int | None:
+        """Line (1-based) of ``key`` in the source, else the mapping's own line."""
+        return self.key_lines.get(key, self.line)
+
+
+class _Loader(yaml.SafeLoader):
+    source = "<unknown>"
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> SourceDict:
+    loader.flatten_mapping(node)
+    result = SourceDict()
+    result.source = loader.source
+    result.line = node.start_mark.line + 1
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError as exc:
+            raise InputError(
+                "mapping key is not a scalar",
+                source=loader.source,
+                line=key_node.start_mark.line + 1,
+            ) from exc
+        if key in result:
+            raise InputError(
+                "duplicate key",
+                source=loader.source,
+                line=key_node.start_mark.line + 1,
+                key=str(key),
+            )
+        result[key] = loader.construct_object(value_node, deep=True)
+        result.key_lines[key] = key_node.start_mark.line + 1
+    return result
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml_text(text: str, source: str) -> Any:
+    """Parse YAML text; syntax errors become InputError with the file and line."""
+    loader_cls = type("_SourceLoader", (_Loader,), {"source": source})
+    try:
+        return yaml.load(text, Loader=loader_cls)  # noqa: S506 - SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        raise InputError(f"invalid YAML: {exc.problem or exc}", source=source, line=line) from exc
+    except yaml.YAMLError as exc:
+        raise InputError(f"invalid YAML: {exc}", source=source) from exc
+
+
+def load_yaml_file(path: str | Path) -> Any:
+    """Load one YAML file; unreadable or malformed files raise InputError naming the file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", source=str(p)) from exc
+    return load_yaml_text(text, str(p))
+
+
+def where(data: Any, key: Any = None) -> tuple[str | None, int | None]:
+    """(source, line) for a loaded mapping, or for one of its keys."""
+    if isinstance(data, SourceDict):
+        return data.source, (data.line_of(key) if key is not None else data.line)
+    return None, None
