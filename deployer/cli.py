@@ -1,0 +1,181 @@
+"""The ``gpumon-deploy`` command line: a thin click group over the engine.
+
+Exit status: 0 nothing failed; 1 a host failed or was unreachable; 2 invalid input or a refused
+plan, in which case no host was contacted.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from deployer import __version__
+from deployer.errors import InputError
+from deployer.session import DeploySession, RunOptions
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
+
+
+def _fail_input(exc: InputError) -> None:
+    click.echo(f"error: {exc}", err=True)
+    click.echo("nothing was changed; no host was contacted", err=True)
+    sys.exit(EXIT_INPUT)
+
+
+def inventory_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """-i, --limit and -e: shared by every command that reads an inventory."""
+    f = click.option(
+        "-e",
+        "--extra-vars",
+        "extra_vars",
+        multiple=True,
+        metavar="KEY=VALUE|@FILE|JSON",
+        help="Extra variables (highest precedence); repeatable.",
+    )(f)
+    f = click.option(
+        "-l", "--limit", default=None, help="Host pattern, as in Ansible (a,b  g*  !x  &y)."
+    )(f)
+    f = click.option(
+        "-i",
+        "--inventory",
+        "inventory",
+        required=True,
+        type=click.Path(path_type=Path),
+        help="Inventory file or directory (Ansible YAML or INI).",
+    )(f)
+    return f
+
+
+def output_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
+    )(f)
+
+
+def input_errors_exit_2(f: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return f(*args, **kwargs)
+        except InputError as exc:
+            _fail_input(exc)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpumon-deploy")
+def cli() -> None:
+    """Deploy and operate the monitoring stack of bare-metal GPU clusters."""
+
+
+def converge_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--site",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Site file (plays); default: the product's site.yml.",
+    )(f)
+    f = click.option(
+        "--roles-path",
+        "roles_path",
+        multiple=True,
+        type=click.Path(path_type=Path),
+        help="Extra role directories searched first.",
+    )(f)
+    f = click.option(
+        "--forks",
+        type=click.IntRange(1, 1000),
+        default=50,
+        show_default=True,
+        help="Hosts converged in parallel.",
+    )(f)
+    f = click.option(
+        "--diff", is_flag=True, help="Show unified diffs of files and changed attributes."
+    )(f)
+    f = click.option("--skip-tags", default="", help="Comma-separated tags to skip.")(f)
+    f = click.option("--tags", default="", help="Comma-separated tags to run (plus 'always').")(f)
+    return f
+
+
+def _tags(text: str) -> frozenset[str]:
+    return frozenset(t.strip() for t in text.split(",") if t.strip())
+
+
+@cli.command()
+@inventory_options
+@converge_options
+@click.option("--check", "check_mode", is_flag=True, help="Predict changes; write nothing.")
+@output_option
+@input_errors_exit_2
+def up(
+    inventory: Path,
+    limit: str | None,
+    extra_vars: tuple[str, ...],
+    tags: str,
+    skip_tags: str,
+    diff: bool,
+    forks: int,
+    roles_path: tuple[Path, ...],
+    site: Path | None,
+    check_mode: bool,
+    output: str,
+) -> None:
+    """Converge every selected host to the state its roles describe."""
+    session = DeploySession.load(
+        RunOptions(
+            inventory=inventory,
+            limit=limit,
+            extra_vars=list(extra_vars),
+            tags=_tags(tags),
+            skip_tags=_tags(skip_tags),
+            site=site,
+            roles_path=list(roles_path),
+        )
+    )
+    report = session.converge(
+        check=check_mode, diff=diff, forks=forks, json_output=output == "json"
+    )
+    sys.exit(report.exit_code)
+
+
+@cli.command()
+@inventory_options
+@click.option("--host", "host", default=None, help="Show one host only.")
+@output_option
+@input_errors_exit_2
+def inventory(
+    inventory: Path, limit: str | None, extra_vars: tuple[str, ...], host: str | None, output: str
+) -> None:
+    """Show resolved hosts, groups and variables (secrets masked)."""
+    session = DeploySession.load(
+        RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars)), plan=False
+    )
+    data = session.inventory_view(host)
+    if output == "json":
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
+    import yaml
+
+    click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
+
+
+def _register_subcommands() -> None:
+    from deployer.lab.cli import lab
+
+    cli.add_command(lab)
+
+
+def main() -> None:
+    _register_subcommands()
+    cli(prog_name="gpumon-deploy")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,344 @@
+"""Connections to hosts: one small protocol (run a shell command), over SSH or scripted for tests.
+
+The engine keeps one SSH connection per host open for the whole run; commands run as channels on
+it. Become is ``sudo -n`` around the command. Host keys are verified against known_hosts unless the
+inventory explicitly opts into accepting new keys.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import paramiko
+from tenacity import (
+    retry,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from deployer.errors import HostKeyRefused, HostUnreachable
+
+DEFAULT_COMMAND_TIMEOUT = 900.0
+CONNECT_TIMEOUT = 10.0
+# A host that stops answering mid-run is declared unreachable after this many seconds of
+# unacknowledged traffic (TCP_USER_TIMEOUT), with keepalives making sure there is traffic.
+DEAD_PEER_TIMEOUT_S = 20
+KEEPALIVE_S = 5
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command returned on a host."""
+
+    command: str
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+class CommandFailed(Exception):
+    """A command the engine needed to succeed exited non-zero."""
+
+    def __init__(self, result: CommandResult) -> None:
+        err = (result.stderr or result.stdout).strip().splitlines()
+        tail = err[-1] if err else ""
+        super().__init__(f"command failed (rc={result.rc}): {tail}")
+        self.result = result
+
+
+class Connection(Protocol):
+    """What modules and the executor may do on a host."""
+
+    name: str
+
+    def run(
+        self,
+        command: str,
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult: ...
+
+    def close(self) -> None: ...
+
+
+def sudo_wrap(command: str, become_user: str = "root") -> str:
+    """Wrap a shell command so it runs through non-interactive sudo as ``become_user``."""
+    return f"sudo -n -H -u {shlex.quote(become_user)} -- sh -c {shlex.quote(command)}"
+
+
+@dataclass(frozen=True)
+class SSHTarget:
+    """Where and how to reach one host (mirrors the inventory's connection variables)."""
+
+    name: str
+    address: str
+    port: int = 22
+    user: str | None = None
+    private_key_file: str | None = None
+    become: bool = False
+    become_user: str = "root"
+    known_hosts_file: str | None = None
+    host_key_policy: str = "verify"
+
+
+class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+    """Accept and record keys of hosts never seen before; a changed key is still refused."""
+
+    def __init__(self, known_hosts_file: Path, lock: threading.Lock) -> None:
+        self.known_hosts_file = known_hosts_file
+        self.lock = lock
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        with self.lock:
+            self.known_hosts_file.parent.mkdir(parents=True, exist_ok=True)
+            line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+            fd = os.open(self.known_hosts_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "a") as fh:
+                fh.write(line)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+_KNOWN_HOSTS_LOCK = threading.Lock()
+
+_TRANSIENT = (
+    socket.timeout,
+    ConnectionRefusedError,
+    ConnectionResetError,
+    paramiko.ssh_exception.NoValidConnectionsError,
+    EOFError,
+)
+
+
+class SSHConnection:
+    """One SSH connection to a host, kept open; each ``run`` is a channel on it."""
+
+    def __init__(self, target: SSHTarget) -> None:
+        self.target = target
+        self.name = target.name
+        self._client = self._connect()
+
+    def _host_key_name(self) -> str:
+        t = self.target
+        return t.address if t.port == 22 else f"[{t.address}]:{t.port}"
+
+    def _connect(self) -> paramiko.SSHClient:
+        t = self.target
+        known = Path(t.known_hosts_file or Path.home() / ".ssh" / "known_hosts").expanduser()
+
+        @retry(
+            retry=retry_if_exception_type(_TRANSIENT),
+            stop=stop_after_attempt(4),
+            wait=wait_exponential(multiplier=0.5, max=4),
+            reraise=True,
+        )
+        def attempt() -> paramiko.SSHClient:
+            client = paramiko.SSHClient()
+            if known.exists():
+                client.load_host_keys(str(known))
+            if t.host_key_policy == "accept-new":
+                client.set_missing_host_key_policy(_AcceptNewPolicy(known, _KNOWN_HOSTS_LOCK))
+            else:
+                client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            sock = socket.create_connection((t.address, t.port), timeout=CONNECT_TIMEOUT)
+            _tune_socket(sock)
+            try:
+                client.connect(
+                    t.address,
+                    port=t.port,
+                    username=t.user,
+                    key_filename=t.private_key_file,
+                    sock=sock,
+                    timeout=CONNECT_TIMEOUT,
+                    banner_timeout=CONNECT_TIMEOUT,
+                    auth_timeout=CONNECT_TIMEOUT,
+                    allow_agent=t.private_key_file is None,
+                    look_for_keys=t.private_key_file is None,
+                )
+            except BaseException:
+                client.close()
+                raise
+            transport = client.get_transport()
+            if transport is not None:
+                transport.set_keepalive(KEEPALIVE_S)
+            return client
+
+        try:
+            return attempt()
+        except paramiko.BadHostKeyException as exc:
+            raise HostKeyRefused(
+                f"{t.name}: host key for {self._host_key_name()} does not match {known} "
+                f"(got {exc.key.get_name()} {exc.key.get_fingerprint().hex()}); "
+                "refusing to connect. If the host was reinstalled, remove its old key "
+                f"(ssh-keygen -R {self._host_key_name()} -f {known})."
+            ) from exc
+        except paramiko.SSHException as exc:
+            if "not found in known_hosts" in str(exc):
+                raise HostKeyRefused(
+                    f"{t.name}: host key for {self._host_key_name()} is not in {known}; "
+                    "refusing to connect. Add it to known_hosts, or opt in to accepting new "
+                    "keys with gpumon_host_key_policy=accept-new."
+                ) from exc
+            raise HostUnreachable(f"{t.name}: SSH to {t.address}:{t.port} failed: {exc}") from exc
+        except (OSError, EOFError) as exc:
+            raise HostUnreachable(f"{t.name}: cannot reach {t.address}:{t.port}: {exc}") from exc
+
+    def run(
+        self,
+        command: str,
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        full = command
+        if self.target.become and (self.target.user or "") != self.target.become_user:
+            full = sudo_wrap(command, self.target.become_user)
+        try:
+            transport = self._client.get_transport()
+            if transport is None or not transport.is_active():
+                raise HostUnreachable(f"{self.name}: connection lost")
+            chan = transport.open_session(timeout=CONNECT_TIMEOUT)
+            chan.settimeout(timeout or DEFAULT_COMMAND_TIMEOUT)
+            chan.exec_command(full)
+            if stdin is not None:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            out, err = _drain(chan)
+            rc = chan.recv_exit_status()
+            chan.close()
+        except HostUnreachable:
+            raise
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise HostUnreachable(
+                f"{self.name}: connection lost: {exc or type(exc).__name__}"
+            ) from exc
+        return CommandResult(
+            command=command,
+            rc=rc,
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _tune_socket(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, DEAD_PEER_TIMEOUT_S * 1000)
+
+
+def _drain(chan: paramiko.Channel) -> tuple[bytes, bytes]:
+    """Read stdout and stderr until the command ends, without either pipe filling up."""
+    out: list[bytes] = []
+    err: list[bytes] = []
+    while True:
+        got = False
+        if chan.recv_ready():
+            out.append(chan.recv(65536))
+            got = True
+        if chan.recv_stderr_ready():
+            err.append(chan.recv_stderr(65536))
+            got = True
+        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+            break
+        if not got:
+            # Blocks until data arrives (or the channel timeout fires).
+            data = chan.recv(65536)
+            if data:
+                out.append(data)
+            elif chan.exit_status_ready() or chan.closed:
+                while chan.recv_stderr_ready():
+                    err.append(chan.recv_stderr(65536))
+                break
+    return b"".join(out), b"".join(err)
+
+
+@dataclass
+class ScriptedConnection:
+    """A connection for unit tests: answers commands from a script of (substring, result) rules.
+
+    The first rule whose substring occurs in the command answers it; every command is recorded so
+    tests can assert exactly what ran.
+    """
+
+    name: str = "scripted"
+    rules: list[tuple[str, CommandResult | tuple[int, str, str]]] = field(default_factory=list)
+    default: tuple[int, str, str] = (0, "", "")
+    commands: list[str] = field(default_factory=list)
+    stdins: list[bytes | None] = field(default_factory=list)
+
+    def on(
+        self, needle: str, rc: int = 0, stdout: str = "", stderr: str = ""
+    ) -> ScriptedConnection:
+        self.rules.append((needle, (rc, stdout, stderr)))
+        return self
+
+    def run(
+        self,
+        command: str,
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        self.commands.append(command)
+        self.stdins.append(stdin)
+        for needle, answer in self.rules:
+            if needle in command:
+                if isinstance(answer, CommandResult):
+                    return answer
+                rc, out, err = answer
+                return CommandResult(command, rc, out, err)
+        rc, out, err = self.default
+        return CommandResult(command, rc, out, err)
+
+    def close(self) -> None:
+        pass
+
+
+class LocalConnection:
+    """Runs commands on this machine with ``sh -c`` (engine tests and the controller itself)."""
+
+    def __init__(self, name: str = "localhost") -> None:
+        self.name = name
+
+    def run(
+        self,
+        command: str,
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        import subprocess
+
+        proc = subprocess.run(
+            ["sh", "-c", command],
+            input=stdin if stdin is not None else b"",
+            capture_output=True,
+            timeout=timeout or DEFAULT_COMMAND_TIMEOUT,
+            check=False,
+        )
+        return CommandResult(
+            command,
+            proc.returncode,
+            proc.stdout.decode("utf-8", "replace"),
+            proc.stderr.decode("utf-8", "replace"),
+        )
+
+    def close(self) -> None:
+        pass

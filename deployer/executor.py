@@ -1,0 +1,335 @@
+"""Parallel converge: every host's plan runs on its own kept-open connection, hosts in parallel.
+
+Per host and play: all read scripts go to the host in one round trip; each task then compares
+desired with actual, writes only the difference (never in check mode), and reads again to prove
+it. A task after an earlier change is read again on its own, since the change may have moved its
+state. Handlers run once per host after the play's roles, in handler-file order. One host's failure
+or unreachability never stops the others.
+"""
+
+from __future__ import annotations
+
+import secrets as pyrandom
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from deployer.connection import CommandFailed, CommandResult, Connection
+from deployer.errors import HostUnreachable
+from deployer.modules.base import ContentDiff, Observation
+from deployer.plan import HostPlan, HostPlay, PlannedTask
+from deployer.results import RunReport, Status, TaskResult
+from deployer.roles import Play
+from deployer.secrets import MASK, mask_text
+
+DEFAULT_FORKS = 50
+
+
+class Events(Protocol):
+    """Progress callbacks (the console reporter implements them; the engine never prints)."""
+
+    def host_started(self, host: str) -> None: ...
+    def task_started(self, host: str, task: PlannedTask) -> None: ...
+    def task_done(self, result: TaskResult) -> None: ...
+    def host_done(self, host: str, status: str) -> None: ...
+
+
+class NoEvents:
+    def host_started(self, host: str) -> None:
+        pass
+
+    def task_started(self, host: str, task: PlannedTask) -> None:
+        pass
+
+    def task_done(self, result: TaskResult) -> None:
+        pass
+
+    def host_done(self, host: str, status: str) -> None:
+        pass
+
+
+Connector = Callable[[str], Connection]
+
+
+class _ReadSession:
+    """What check mode and the read side get: a connection whose commands are reads."""
+
+    def __init__(self, host: _HostState) -> None:
+        self._host = host
+        self.name = host.name
+
+    def run(
+        self, command: str, *, stdin: bytes | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        return self._host.conn().run(command, stdin=stdin, timeout=timeout)
+
+    def reconnect(self, deadline_s: float) -> None:
+        raise RuntimeError("reconnect is a write-side operation")
+
+
+class _WriteSession(_ReadSession):
+    """The write side's session; the executor creates one only outside check mode."""
+
+    def reconnect(self, deadline_s: float) -> None:
+        self._host.reconnect(deadline_s)
+
+
+class _HostState:
+    def __init__(self, name: str, connector: Connector) -> None:
+        self.name = name
+        self._connector = connector
+        self._conn: Connection | None = None
+
+    def conn(self) -> Connection:
+        if self._conn is None:
+            self._conn = self._connector(self.name)
+        return self._conn
+
+    def reconnect(self, deadline_s: float) -> None:
+        """Drop the connection and connect again, retrying until ``deadline_s`` seconds pass."""
+        self.close()
+        end = time.monotonic() + deadline_s
+        last: Exception | None = None
+        while time.monotonic() < end:
+            try:
+                self._conn = self._connector(self.name)
+                return
+            except HostUnreachable as exc:
+                last = exc
+                time.sleep(2)
+        raise HostUnreachable(f"{self.name}: did not come back within {deadline_s:.0f}s: {last}")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+
+def batch_read(conn: Connection, tasks: list[PlannedTask]) -> list[CommandResult]:
+    """Run every task's read script in one command; split the output per task."""
+    if not tasks:
+        return []
+    token = pyrandom.token_hex(8)
+    parts = []
+    for i, t in enumerate(tasks):
+        parts.append(
+            f"( {t.module.read_script(t.args)}\n) 2>/dev/null; printf '\\n@@{token} {i} %d@@\\n' $?"
+        )
+    result = conn.run("\n".join(parts))
+    out: list[CommandResult] = []
+    rest = result.stdout
+    for i, t in enumerate(tasks):
+        marker_start = f"\n@@{token} {i} "
+        pos = rest.find(marker_start)
+        if pos < 0:
+            raise HostUnreachable(
+                f"{conn.name}: batched read ended early (rc={result.rc}): {result.stderr.strip()}"
+            )
+        end = rest.find("@@\n", pos + len(marker_start))
+        rc = int(rest[pos + len(marker_start) : end])
+        out.append(CommandResult(t.module.read_script(t.args), rc, rest[:pos], ""))
+        rest = rest[end + 3 :]
+    return out
+
+
+@dataclass
+class Executor:
+    connector: Connector
+    check: bool = False
+    diff: bool = False
+    forks: int = DEFAULT_FORKS
+    events: Events = NoEvents()  # noqa: RUF009 - stateless default
+
+    def __post_init__(self) -> None:
+        self._hosts: dict[str, _HostState] = {}
+        self._lock = threading.Lock()
+
+    def run(self, plans: list[HostPlan], plays: tuple[Play, ...]) -> RunReport:
+        report = RunReport(check_mode=self.check)
+        for plan in plans:
+            report.host(plan.host)
+            self._hosts[plan.host] = _HostState(plan.host, self.connector)
+        try:
+            for play in plays:
+                todo = [
+                    (p.host, hp)
+                    for p in plans
+                    for hp in p.plays
+                    if hp.play is play and not report.host(p.host).unreachable
+                ]
+                batch = play.serial or len(todo) or 1
+                for start in range(0, len(todo), batch):
+                    group = todo[start : start + batch]
+                    if play.serial and any(report.host(h).failed for h, _ in todo):
+                        # A serial play (an HA pair, say) stops at the first failure.
+                        break
+                    with ThreadPoolExecutor(
+                        max_workers=max(1, min(self.forks, len(group)))
+                    ) as pool:
+                        list(pool.map(lambda job: self._run_host_play(*job, report), group))
+        finally:
+            for h in self._hosts.values():
+                h.close()
+            report.finished = time.time()
+        return report
+
+    # ---- one host, one play --------------------------------------------------------------
+    def _run_host_play(self, host: str, hp: HostPlay, report: RunReport) -> None:
+        hreport = report.host(host)
+        if hreport.failed or hreport.unreachable:
+            return
+        state = self._hosts[host]
+        self.events.host_started(host)
+        try:
+            self._converge(state, hp, hreport)
+            status = "failed" if hreport.failed else "done"
+        except HostUnreachable as exc:
+            hreport.unreachable = mask_text(str(exc))
+            hreport.tasks.append(
+                TaskResult(host, "", "connect", "", Status.UNREACHABLE, error=hreport.unreachable)
+            )
+            status = "unreachable"
+            state.close()
+        self.events.host_done(host, status)
+
+    def _converge(self, state: _HostState, hp: HostPlay, hreport: Any) -> None:
+        conn = state.conn()
+        reads = batch_read(conn, hp.tasks)
+        changed_before = False
+        notified: set[str] = set()
+        for task, pre_read in zip(hp.tasks, reads, strict=True):
+            result = self._run_task(
+                state, task, None if changed_before else pre_read, changed_before
+            )
+            hreport.tasks.append(result)
+            self.events.task_done(result)
+            if result.status == Status.FAILED:
+                hreport.failed = True
+                return
+            if result.status == Status.CHANGED:
+                changed_before = True
+                notified.update(task.notify)
+        for name in hp.handler_order:
+            if name not in notified:
+                continue
+            handler = hp.handlers[name]
+            result = self._run_task(state, handler, None, True, forced=True)
+            hreport.tasks.append(result)
+            self.events.task_done(result)
+            if result.status == Status.FAILED:
+                hreport.failed = True
+                return
+
+    def _run_task(
+        self,
+        state: _HostState,
+        task: PlannedTask,
+        pre_read: CommandResult | None,
+        after_change: bool,
+        *,
+        forced: bool = False,
+    ) -> TaskResult:
+        self.events.task_started(state.name, task)
+        started = time.monotonic()
+        result = TaskResult(
+            host=state.name,
+            role=task.role,
+            task=task.name,
+            module=task.module.name,
+            status=Status.OK,
+            handler=task.handler,
+            source=task.where,
+        )
+        module, args = task.module, task.args
+        read_session = _ReadSession(state)
+        try:
+            raw = pre_read or read_session.run(module.read_script(args))
+            try:
+                obs = module.observe(args, raw)
+            except (ValueError, KeyError) as exc:
+                obs = None
+                read_error = f"cannot read state: {exc}"
+            else:
+                read_error = None
+            if obs is None or (raw.rc != 0 and not obs.actual):
+                if self.check and after_change:
+                    result.status, result.predicted = Status.CHANGED, True
+                    result.error = None
+                    return self._finish(result, started)
+                raise CommandFailed(raw) if read_error is None else ValueError(read_error)
+            if obs.in_desired_state and not forced:
+                return self._finish(result, started)
+            result.differences = self._masked_differences(task, obs)
+            if self.diff:
+                result.content_diff = self._masked_content(
+                    task, module.content_diff(args, read_session, obs)
+                )
+            if self.check:
+                result.status, result.predicted = Status.CHANGED, True
+                return self._finish(result, started)
+            self._write(state, task, obs)
+            if not module.reports_change:
+                result.differences = {}
+                result.content_diff = None
+            result.status = Status.CHANGED if module.reports_change else Status.OK
+        except HostUnreachable:
+            raise
+        except CommandFailed as exc:
+            result.status = Status.FAILED
+            result.error = mask_text(_describe_failure(exc))
+        except Exception as exc:  # a module bug or bad state must fail this host, not the run
+            result.status = Status.FAILED
+            result.error = mask_text(f"{type(exc).__name__}: {exc}")
+        return self._finish(result, started)
+
+    def _write(self, state: _HostState, task: PlannedTask, obs: Observation) -> None:
+        assert not self.check, "the write side must never run in check mode"
+        module, args = task.module, task.args
+        module.write(_WriteSession(state), args, obs)
+        after = module.observe(args, state.conn().run(module.read_script(args)))
+        if not after.in_desired_state:
+            still = ", ".join(
+                f"{k}: {_show(task, k, v[0])} (want {_show(task, k, v[1])})"
+                for k, v in self._masked_differences(task, after).items()
+            )
+            raise CommandFailed(
+                CommandResult("", 1, "", f"state still differs after apply: {still}")
+            )
+
+    def _masked_differences(self, task: PlannedTask, obs: Observation) -> dict[str, Any]:
+        return {
+            k: [MASK, MASK] if k in task.secret_args else [before, after]
+            for k, (before, after) in obs.differences.items()
+        }
+
+    def _masked_content(self, task: PlannedTask, diff: ContentDiff | None) -> ContentDiff | None:
+        if diff is None:
+            return None
+        if task.secret_args:
+            return ContentDiff(diff.path, MASK if diff.before is not None else None, MASK)
+        return ContentDiff(
+            diff.path,
+            mask_text(diff.before) if diff.before is not None else None,
+            mask_text(diff.after) if diff.after is not None else None,
+        )
+
+    @staticmethod
+    def _finish(result: TaskResult, started: float) -> TaskResult:
+        result.duration_s = time.monotonic() - started
+        return result
+
+
+def _show(task: PlannedTask, key: str, value: Any) -> str:
+    return MASK if key in task.secret_args else repr(value)
+
+
+def _describe_failure(exc: CommandFailed) -> str:
+    r = exc.result
+    text = (r.stderr.strip() or r.stdout.strip()).splitlines()
+    tail = "\n".join(text[-5:])
+    return f"rc={r.rc}: {tail}" if r.command else tail

@@ -1,0 +1,254 @@
+"""The plan: every host's concrete task list, built and validated before any connection.
+
+For each play and each selected host: variables resolved (role defaults < group vars < host vars
+< extra vars), ``when`` evaluated, loops expanded, arguments rendered and checked by the module,
+files read and templates rendered. Anything wrong is an InputError naming the role file and line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deployer.errors import InputError
+from deployer.modules import MODULES
+from deployer.modules.base import ArgError, Module, PrepareContext
+from deployer.roles import Play, Role, Task, load_role
+from deployer.templating import Renderer, make_environment
+
+ALWAYS = "always"
+
+
+@dataclass
+class PlannedTask:
+    """A task made concrete for one host: module instance and final arguments."""
+
+    role: str
+    name: str
+    module: Module
+    args: dict[str, Any]
+    source: str
+    line: int | None
+    notify: tuple[str, ...] = ()
+    secret_args: frozenset[str] = frozenset()
+    handler: bool = False
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line}" if self.line else self.source
+
+
+@dataclass
+class HostPlay:
+    """One play's work on one host: tasks in order and the handlers they may notify."""
+
+    play: Play
+    tasks: list[PlannedTask]
+    handlers: dict[str, PlannedTask]
+    handler_order: list[str]
+
+
+@dataclass
+class HostPlan:
+    host: str
+    plays: list[HostPlay] = field(default_factory=list)
+
+
+class LazyHostVars(Mapping[str, Any]):
+    """``hostvars[name]``: other hosts' resolved variables, computed only when a template asks."""
+
+    def __init__(self, inventory: Any, defaults: dict[str, Any]) -> None:
+        self._inventory = inventory
+        self._defaults = defaults
+        self._cache: dict[str, dict[str, Any]] = {}
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        if name not in self._cache:
+            if name not in self._inventory.hosts:
+                raise KeyError(name)
+            v = dict(self._inventory.resolve_vars(name, self._defaults))
+            v.setdefault("inventory_hostname", name)
+            self._cache[name] = v
+        return self._cache[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._inventory.hosts)
+
+    def __len__(self) -> int:
+        return len(self._inventory.hosts)
+
+
+class Planner:
+    """Builds HostPlans from an inventory, plays and role content."""
+
+    def __init__(
+        self,
+        inventory: Any,
+        roles_path: list[Path],
+        shared_templates: Path | None,
+        *,
+        tags: frozenset[str] = frozenset(),
+        skip_tags: frozenset[str] = frozenset(),
+        extra_context: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.inventory = inventory
+        self.roles_path = roles_path
+        self.shared_templates = shared_templates
+        self.tags = tags
+        self.skip_tags = skip_tags
+        self.extra_context = dict(extra_context or {})
+        self._roles: dict[str, Role] = {}
+        self.renderer = Renderer(make_environment())
+        self._groups = {
+            name: list(self.inventory.group_hosts(name)) for name in self.inventory.groups
+        }
+
+    def role(self, name: str) -> Role:
+        if name not in self._roles:
+            self._roles[name] = load_role(self.roles_path, name)
+        return self._roles[name]
+
+    def load_roles(self, plays: tuple[Play, ...]) -> None:
+        """Load and structurally validate every role the plays name (no hosts needed)."""
+        for play in plays:
+            for r in play.roles:
+                self.role(r)
+
+    def play_defaults(self, play: Play) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for r in play.roles:
+            merged.update(self.role(r).defaults)
+        return merged
+
+    def host_vars(self, host: str, play: Play) -> dict[str, Any]:
+        defaults = self.play_defaults(play)
+        variables = dict(self.inventory.resolve_vars(host, defaults))
+        variables.update(
+            inventory_hostname=host,
+            group_names=sorted(
+                g for g, hosts in self._groups.items() if host in hosts and g != "all"
+            ),
+            groups=self._groups,
+            hostvars=LazyHostVars(self.inventory, defaults),
+        )
+        variables.update(self.extra_context)
+        return variables
+
+    def plan_host(self, host: str, plays: list[Play]) -> HostPlan:
+        plan = HostPlan(host=host)
+        for play in plays:
+            variables = self.host_vars(host, play)
+            tasks: list[PlannedTask] = []
+            handlers: dict[str, PlannedTask] = {}
+            order: list[str] = []
+            for role_name in play.roles:
+                role = self.role(role_name)
+                for task in role.tasks:
+                    if not self._selected(task, play):
+                        continue
+                    tasks.extend(self._expand(role, task, variables, handler=False))
+                for h in role.handlers:
+                    planned = self._expand(role, h, variables, handler=True)
+                    if planned:
+                        handlers[h.name] = planned[0]
+                        order.append(h.name)
+            known = set(handlers)
+            for t in tasks:
+                for n in t.notify:
+                    if n not in known:
+                        raise InputError(
+                            f"notifies unknown handler {n!r}",
+                            source=t.source,
+                            line=t.line,
+                            key="notify",
+                        )
+            plan.plays.append(
+                HostPlay(play=play, tasks=tasks, handlers=handlers, handler_order=order)
+            )
+        return plan
+
+    def _selected(self, task: Task, play: Play) -> bool:
+        tags = task.tags | play.tags
+        if self.skip_tags and tags & self.skip_tags:
+            return False
+        if not self.tags:
+            return True
+        return bool(tags & self.tags) or ALWAYS in tags
+
+    def _expand(
+        self, role: Role, task: Task, variables: dict[str, Any], *, handler: bool
+    ) -> list[PlannedTask]:
+        items: list[Any] = [None]
+        if task.loop is not None:
+            loop = self.renderer.evaluate(task.loop, variables, task.source, task.line, "loop")
+            if not isinstance(loop, (list, tuple)):
+                raise InputError(
+                    f"loop must give a list, got {type(loop).__name__}",
+                    source=task.source,
+                    line=task.line,
+                    key="loop",
+                )
+            items = list(loop)
+        out = []
+        for item in items:
+            scope = variables if task.loop is None else {**variables, task.loop_var: item}
+            if task.when is not None:
+                cond = self.renderer.evaluate(task.when, scope, task.source, task.line, "when")
+                if not isinstance(cond, bool):
+                    raise InputError(
+                        f"when must evaluate to true or false, got {cond!r}",
+                        source=task.source,
+                        line=task.line,
+                        key="when",
+                    )
+                if not cond:
+                    continue
+            out.append(self._concrete(role, task, scope, item, handler))
+        return out
+
+    def _concrete(
+        self, role: Role, task: Task, scope: dict[str, Any], item: Any, handler: bool
+    ) -> PlannedTask:
+        module = MODULES[task.module]()
+        args = self.renderer.render_value(task.args, scope, task.source, task.line, task.module)
+        name = self.renderer.render_value(task.name, scope, task.source, task.line, "name")
+        if task.loop is not None and "{{" not in task.name:
+            name = f"{name} ({item})"
+        try:
+            args = module.validate(args)
+            args = module.prepare(args, self._prepare_context(role, task, scope))
+        except ArgError as exc:
+            line = task.args.line_of(exc.key) if hasattr(task.args, "line_of") else task.line
+            raise InputError(
+                exc.message, source=task.source, line=line, key=f"{task.module}.{exc.key}"
+            ) from exc
+        return PlannedTask(
+            role=role.name,
+            name=str(name),
+            module=module,
+            args=args,
+            source=task.source,
+            line=task.line,
+            notify=task.notify,
+            secret_args=frozenset(module.secret_args(args)),
+            handler=handler,
+        )
+
+    def _prepare_context(self, role: Role, task: Task, scope: dict[str, Any]) -> PrepareContext:
+        def find_file(kind: str, relative: str) -> str:
+            found = role.find(kind, relative, self.shared_templates)
+            if found is None:
+                raise InputError(
+                    f"{kind[:-1]} {relative!r} not found in role {role.name} ({role.path / kind})",
+                    source=task.source,
+                    line=task.line,
+                    key="src",
+                )
+            return str(found)
+
+        def render_template(path: str) -> str:
+            return self.renderer.render_file(path, scope)
+
+        return PrepareContext(find_file=find_file, render_template=render_template)

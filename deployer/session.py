@@ -1,0 +1,126 @@
+"""One invocation's work: load and validate everything, then converge (the CLI calls only this).
+
+Loading (inventory, site, roles, the full per-host plan) happens before any connection, so bad
+input fails with exit 2 and nothing touched.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deployer import inventory as inv
+from deployer.connection import SSHConnection, SSHTarget
+from deployer.errors import InputError
+from deployer.executor import DEFAULT_FORKS, Executor
+from deployer.hostpattern import select
+from deployer.plan import HostPlan, Planner
+from deployer.report import ConsoleReporter, write_json
+from deployer.results import RunReport
+from deployer.roles import Play, load_site
+
+PRODUCT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SITE = PRODUCT_ROOT / "site.yml"
+DEFAULT_ROLES = PRODUCT_ROOT / "roles"
+SHARED_TEMPLATES = PRODUCT_ROOT / "templates"
+
+
+@dataclass
+class RunOptions:
+    inventory: Path
+    limit: str | None = None
+    extra_vars: list[str] = field(default_factory=list)
+    tags: frozenset[str] = frozenset()
+    skip_tags: frozenset[str] = frozenset()
+    site: Path | None = None
+    roles_path: list[Path] = field(default_factory=list)
+
+
+def ssh_target(spec: Any) -> SSHTarget:
+    """The connection layer's view of an inventory host's connection variables."""
+    return SSHTarget(
+        name=spec.name,
+        address=spec.address,
+        port=spec.port,
+        user=spec.user,
+        private_key_file=spec.private_key_file,
+        become=spec.become,
+        become_user=spec.become_user or "root",
+        known_hosts_file=spec.known_hosts_file,
+        host_key_policy=spec.host_key_policy,
+    )
+
+
+class DeploySession:
+    def __init__(self, options: RunOptions, inventory: Any, hosts: list[str]) -> None:
+        self.options = options
+        self.inventory = inventory
+        self.hosts = hosts
+        self.plays: tuple[Play, ...] = ()
+        self.plans: list[HostPlan] = []
+
+    @classmethod
+    def load(cls, options: RunOptions, *, plan: bool = True) -> DeploySession:
+        extra = inv.parse_extra_vars(options.extra_vars)
+        inventory = inv.load_inventory(options.inventory, extra_vars=extra)
+        hosts = [h.name for h in select(inventory, options.limit)]
+        session = cls(options, inventory, hosts)
+        if plan:
+            session.build_plan()
+        return session
+
+    def build_plan(self) -> None:
+        site = self.options.site or DEFAULT_SITE
+        self.plays = load_site(site)
+        roles_path = [*self.options.roles_path, DEFAULT_ROLES]
+        if self.options.site is not None:
+            roles_path.insert(len(self.options.roles_path), self.options.site.parent / "roles")
+        planner = Planner(
+            self.inventory,
+            roles_path,
+            SHARED_TEMPLATES,
+            tags=self.options.tags,
+            skip_tags=self.options.skip_tags,
+        )
+        planner.load_roles(self.plays)
+        selected = set(self.hosts)
+        per_host: dict[str, list[Play]] = {h: [] for h in self.hosts}
+        for play in self.plays:
+            try:
+                members = [h.name for h in select(self.inventory, play.hosts)]
+            except InputError as exc:
+                # A site play naming a group this inventory lacks simply matches no host.
+                if "matches no host" in str(exc) or "no hosts matched" in str(exc).lower():
+                    continue
+                raise InputError(
+                    str(exc.message), source=play.source, line=play.line, key="hosts"
+                ) from exc
+            for h in members:
+                if h in selected:
+                    per_host[h].append(play)
+        self.plans = [planner.plan_host(h, per_host[h]) for h in self.hosts if per_host[h]]
+
+    def connector(self, host: str) -> SSHConnection:
+        return SSHConnection(ssh_target(self.inventory.connection(host)))
+
+    def converge(
+        self, *, check: bool, diff: bool, forks: int = DEFAULT_FORKS, json_output: bool = False
+    ) -> RunReport:
+        reporter = ConsoleReporter(diff=diff)
+        executor = Executor(self.connector, check=check, diff=diff, forks=forks, events=reporter)
+        with reporter:
+            report = executor.run(self.plans, self.plays)
+        reporter.recap(report)
+        if json_output:
+            write_json(report, sys.stdout)
+        return report
+
+    def inventory_view(self, host: str | None) -> dict[str, Any]:
+        if host is not None and host not in self.inventory.hosts:
+            raise InputError(f"no host {host!r} in the inventory", key="--host")
+        data = self.inventory.to_dict(host=host, mask_secrets=True)
+        json.dumps(data, default=str)
+        return data

@@ -1,0 +1,189 @@
+"""Jinja2 rendering with strict undefined: template files, task arguments and ``when`` expressions.
+
+Every failure becomes an InputError naming the template (or role file) and line, raised at plan
+time, before any host is contacted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+from jinja2 import StrictUndefined
+
+from deployer.errors import InputError
+
+_WHOLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*$", re.S)
+
+
+def _to_yaml(value: Any, indent: int = 2) -> str:
+    return yaml.safe_dump(_plain(value), default_flow_style=False, sort_keys=False, indent=indent)
+
+
+def _to_json(value: Any, indent: int | None = None) -> str:
+    return json.dumps(_plain(value), indent=indent, sort_keys=indent is not None)
+
+
+def _plain(value: Any) -> Any:
+    """Plain dict/list copies (YAML SourceDicts and Mappings dump as ordinary mappings)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in {"yes", "true", "on", "1"}
+    return bool(value)
+
+
+def _regex_replace(value: str, pattern: str, replacement: str = "") -> str:
+    return re.sub(pattern, replacement, str(value))
+
+
+def _mandatory(value: Any, msg: str | None = None) -> Any:
+    if isinstance(value, jinja2.Undefined):
+        raise jinja2.UndefinedError(msg or "mandatory variable is not defined")
+    return value
+
+
+def make_environment(search_path: list[Path] | None = None) -> jinja2.Environment:
+    """The one Jinja environment the engine uses (see the contracts in the README)."""
+    env = jinja2.Environment(
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        loader=jinja2.FileSystemLoader([str(p) for p in search_path or []]),
+        autoescape=False,
+    )
+    env.filters.update(
+        to_yaml=_to_yaml,
+        to_nice_yaml=_to_yaml,
+        to_json=_to_json,
+        to_nice_json=lambda v: _to_json(v, indent=2),
+        bool=_to_bool,
+        quote=lambda v: shlex.quote(str(v)),
+        regex_replace=_regex_replace,
+        mandatory=_mandatory,
+        basename=lambda p: str(p).rsplit("/", 1)[-1],
+        dirname=lambda p: str(p).rsplit("/", 1)[0] if "/" in str(p) else "",
+    )
+    return env
+
+
+def _template_line(exc: BaseException, filename: str) -> int | None:
+    """The line inside ``filename`` where a render-time error was raised (from the traceback)."""
+    line = getattr(exc, "lineno", None)
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+class Renderer:
+    """Renders strings, values and template files against one set of variables."""
+
+    def __init__(self, env: jinja2.Environment) -> None:
+        self.env = env
+        self._file_cache: dict[str, jinja2.Template] = {}
+
+    def render_file(self, path: str | Path, variables: Mapping[str, Any]) -> str:
+        path = str(path)
+        template = self._file_cache.get(path)
+        try:
+            if template is None:
+                source = Path(path).read_text(encoding="utf-8")
+                # Compiled with the path as filename so tracebacks (and our line numbers) name it.
+                code = self.env.compile(source, filename=path)
+                template = self.env.template_class.from_code(self.env, code, self.env.globals, None)
+                self._file_cache[path] = template
+            return template.render(variables)
+        except jinja2.TemplateSyntaxError as exc:
+            raise InputError(
+                f"template syntax error: {exc.message}", source=path, line=exc.lineno
+            ) from exc
+        except (jinja2.UndefinedError, jinja2.TemplateError, TypeError, ValueError) as exc:
+            raise InputError(
+                f"template error: {exc}", source=path, line=_template_line(exc, path)
+            ) from exc
+        except OSError as exc:
+            raise InputError(f"cannot read template: {exc}", source=path) from exc
+
+    def render_value(
+        self, value: Any, variables: Mapping[str, Any], source: str, line: int | None, key: str
+    ) -> Any:
+        """Render every string inside ``value``. A string that is one ``{{ expr }}`` keeps the
+        expression's native type (a list stays a list), as in Ansible."""
+        if isinstance(value, str):
+            if "{{" not in value and "{%" not in value:
+                return value
+            whole = _WHOLE_EXPR.match(value)
+            try:
+                if whole:
+                    result = self.env.compile_expression(
+                        whole.group("expr"), undefined_to_none=False
+                    )(**variables)
+                    return _defined(result)
+                return self.env.from_string(value).render(variables)
+            except jinja2.TemplateError as exc:
+                raise InputError(
+                    f"cannot render {value!r}: {exc}", source=source, line=line, key=key
+                ) from exc
+            except (TypeError, ValueError, ArithmeticError) as exc:
+                raise InputError(
+                    f"cannot render {value!r}: {exc}", source=source, line=line, key=key
+                ) from exc
+        if isinstance(value, Mapping):
+            return {
+                k: self.render_value(v, variables, source, _line_of(value, k, line), f"{key}.{k}")
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [
+                self.render_value(v, variables, source, line, f"{key}[{i}]")
+                for i, v in enumerate(value)
+            ]
+        return value
+
+    def evaluate(
+        self, expression: Any, variables: Mapping[str, Any], source: str, line: int | None, key: str
+    ) -> Any:
+        """Evaluate a bare Jinja expression (``when``, ``loop`` given as a string)."""
+        if not isinstance(expression, str):
+            return expression
+        text = expression.strip()
+        whole = _WHOLE_EXPR.match(text)
+        if whole:
+            text = whole.group("expr")
+        try:
+            return _defined(self.env.compile_expression(text, undefined_to_none=False)(**variables))
+        except jinja2.TemplateError as exc:
+            raise InputError(
+                f"cannot evaluate {expression!r}: {exc}", source=source, line=line, key=key
+            ) from exc
+        except (TypeError, ValueError, ArithmeticError, AttributeError) as exc:
+            raise InputError(
+                f"cannot evaluate {expression!r}: {exc}", source=source, line=line, key=key
+            ) from exc
+
+
+def _line_of(mapping: Any, key: Any, default: int | None) -> int | None:
+    line_of = getattr(mapping, "line_of", None)
+    return line_of(key) if line_of else default
+
+
+def _defined(value: Any) -> Any:
+    if isinstance(value, jinja2.Undefined):
+        value._fail_with_undefined_error()
+    return value
