@@ -110,29 +110,31 @@ class _HostState:
                 self._conn = None
 
 
-def batch_read(conn: Connection, tasks: list[PlannedTask]) -> list[CommandResult]:
-    """Run every task's read script in one command; split the output per task."""
+def batch_read(conn: Connection, tasks: list[PlannedTask]) -> list[CommandResult | None]:
+    """Run every task's read script in one command; split the output per task.
+
+    A task whose part of the output cannot be found gets None and is read again on its own.
+    """
     if not tasks:
         return []
     token = pyrandom.token_hex(8)
-    parts = []
-    for i, t in enumerate(tasks):
-        parts.append(
-            f"( {t.module.read_script(t.args)}\n) 2>/dev/null; printf '\\n@@{token} {i} %d@@\\n' $?"
-        )
+    scripts = [t.module.read_script(t.args) for t in tasks]
+    parts = [
+        f"( {script}\n) 2>/dev/null; printf '\\n@@{token} {i} %d@@\\n' $?"
+        for i, script in enumerate(scripts)
+    ]
     result = conn.run("\n".join(parts))
-    out: list[CommandResult] = []
+    out: list[CommandResult | None] = []
     rest = result.stdout
-    for i, t in enumerate(tasks):
+    for i, script in enumerate(scripts):
         marker_start = f"\n@@{token} {i} "
         pos = rest.find(marker_start)
-        if pos < 0:
-            raise HostUnreachable(
-                f"{conn.name}: batched read ended early (rc={result.rc}): {result.stderr.strip()}"
-            )
-        end = rest.find("@@\n", pos + len(marker_start))
+        end = rest.find("@@\n", pos + len(marker_start)) if pos >= 0 else -1
+        if end < 0:
+            out.extend([None] * (len(scripts) - i))
+            break
         rc = int(rest[pos + len(marker_start) : end])
-        out.append(CommandResult(t.module.read_script(t.args), rc, rest[:pos], ""))
+        out.append(CommandResult(script, rc, rest[:pos], ""))
         rest = rest[end + 3 :]
     return out
 
@@ -248,15 +250,17 @@ class Executor:
         module, args = task.module, task.args
         read_session = _ReadSession(state)
         try:
-            raw = pre_read or read_session.run(module.read_script(args))
-            try:
-                obs = module.observe(args, raw)
-            except (ValueError, KeyError) as exc:
-                obs = None
-                read_error = f"cannot read state: {exc}"
-            else:
-                read_error = None
-            if obs is None or (raw.rc != 0 and not obs.actual):
+            raw = pre_read
+            if raw is None or raw.rc != 0:
+                # Batched reads drop stderr; read again alone to have the error to report.
+                raw = read_session.run(module.read_script(args))
+            obs, read_error = None, None
+            if raw.rc == 0:
+                try:
+                    obs = module.observe(args, raw)
+                except (ValueError, KeyError) as exc:
+                    read_error = f"cannot read state: {exc}"
+            if obs is None or raw.rc != 0:
                 if self.check and after_change:
                     result.status, result.predicted = Status.CHANGED, True
                     result.error = None

@@ -19,7 +19,7 @@ from jinja2 import StrictUndefined
 
 from deployer.errors import InputError
 
-_WHOLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*$", re.S)
+_WHOLE_EXPR = re.compile(r"^\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\Z", re.S)
 
 
 def _to_yaml(value: Any, indent: int = 2) -> str:
@@ -163,7 +163,7 @@ class Renderer:
         if not isinstance(expression, str):
             return expression
         text = expression.strip()
-        whole = _WHOLE_EXPR.match(text)
+        whole = _WHOLE_EXPR.match(text)  # "{{ x }}" is accepted where a bare expression is meant
         if whole:
             text = whole.group("expr")
         try:

@@ -6,7 +6,9 @@ calls ``write`` only outside check mode, then reads again to prove the write wor
 
 Read scripts are plain POSIX shell that print state and change nothing; the engine may batch the
 read scripts of many tasks into one round trip, so a script must not rely on the working directory,
-must not ``exit``, and must write everything it reports to stdout.
+must not ``exit``, and must write everything it reports to stdout. A read script ends with status 0
+when it could read the state (whatever the state is); any other status means the read itself failed
+(the task fails, or in check mode after an earlier change is reported as a predicted change).
 """
 
 from __future__ import annotations

@@ -54,14 +54,14 @@ def _abs_path(key: str, path: str) -> None:
 def stat_script(path: str, with_hash: bool) -> str:
     p = q(path)
     hash_part = (
-        f"[ -f {p} ] && printf 'sha256=%s\\n' \"$(sha256sum < {p} | cut -d' ' -f1)\"; "
+        f"if [ -f {p} ]; then printf 'sha256=%s\\n' \"$(sha256sum < {p} | cut -d' ' -f1)\"; fi; "
         if with_hash
         else ""
     )
     return (
         f"if [ -e {p} ] || [ -L {p} ]; then echo exists=1; "
         f"stat --printf '{_STAT}' -- {p}; {hash_part}"
-        f"[ -L {p} ] && printf 'target=%s\\n' \"$(readlink -- {p})\"; "
+        f"if [ -L {p} ]; then printf 'target=%s\\n' \"$(readlink -- {p})\"; fi; "
         "else echo exists=0; fi"
     )
 
