@@ -147,6 +147,86 @@ def up(
 
 @cli.command()
 @inventory_options
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="Use the inventory's gpu_model instead of reading GPUs from the hosts.",
+)
+@output_option
+@input_errors_exit_2
+def check(
+    inventory: Path, limit: str | None, extra_vars: tuple[str, ...], offline: bool, output: str
+) -> None:
+    """Check every GPU host's planned versions against the compatibility matrix; change nothing."""
+    session = DeploySession.load(
+        RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars))
+    )
+    refused = session.preflight(offline=offline)
+    if output == "json":
+        click.echo(
+            json.dumps(
+                {
+                    "ok": not refused and not session.unreachable,
+                    "refusals": [
+                        {"host": r.host, "rule": r.rule, "message": r.message, "fix": r.fix}
+                        for r in refused
+                    ],
+                    "unreachable": session.unreachable,
+                },
+                indent=2,
+            )
+        )
+    else:
+        for r in refused:
+            click.echo(f"REFUSED {r}", err=True)
+        for host, why in session.unreachable.items():
+            click.echo(f"UNREACHABLE {host}: {why}", err=True)
+        if not refused and not session.unreachable:
+            click.echo("compatible: every GPU host's plan passes the matrix")
+    session.pool.close_all()
+    if refused:
+        sys.exit(EXIT_INPUT)
+    sys.exit(EXIT_FAILED if session.unreachable else EXIT_OK)
+
+
+@cli.command()
+@inventory_options
+@click.option("--forks", type=click.IntRange(1, 1000), default=50, show_default=True)
+@output_option
+@input_errors_exit_2
+def facts(
+    inventory: Path, limit: str | None, extra_vars: tuple[str, ...], forks: int, output: str
+) -> None:
+    """Gather and print host facts: OS, GPUs, driver versions, DCGM, exporter, NVSwitch."""
+    session = DeploySession.load(
+        RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars)), plan=False
+    )
+    try:
+        gathered = session.gather_facts(session.hosts, forks)
+    finally:
+        session.pool.close_all()
+    if output == "json":
+        data = {h: f.to_json() for h, f in gathered.items()}
+        click.echo(json.dumps({"hosts": data, "unreachable": session.unreachable}, indent=2))
+    else:
+        for host in session.hosts:
+            if host in session.unreachable:
+                click.echo(f"{host}: UNREACHABLE {session.unreachable[host]}")
+                continue
+            f = gathered[host]
+            gpus = f"{len(f.gpus)}x {f.gpus[0].name}" if f.gpus else f"{f.nvidia_pci_gpus} on PCI"
+            driver = f"installed={f.driver_installed} loaded={f.driver_loaded} smi={f.driver_smi}"
+            flag = "  REBOOT REQUIRED" if f.reboot_required else ""
+            click.echo(
+                f"{host}: {f.os_id} {f.os_version} {f.arch} kernel {f.kernel}; GPUs {gpus}; "
+                f"driver {driver}; dcgm={f.dcgm_version} exporter={f.exporter_version} "
+                f"nvswitch={f.nvswitch}{flag}"
+            )
+    sys.exit(EXIT_FAILED if session.unreachable else EXIT_OK)
+
+
+@cli.command()
+@inventory_options
 @click.option("--host", "host", default=None, help="Show one host only.")
 @output_option
 @input_errors_exit_2

@@ -11,6 +11,7 @@ import os
 import shlex
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -129,6 +130,7 @@ class SSHConnection:
     def __init__(self, target: SSHTarget) -> None:
         self.target = target
         self.name = target.name
+        self.closed = False
         self._client = self._connect()
 
     def _host_key_name(self) -> str:
@@ -234,6 +236,7 @@ class SSHConnection:
 
     def close(self) -> None:
         self._client.close()
+        self.closed = True
 
 
 def _tune_socket(sock: socket.socket) -> None:
@@ -342,3 +345,29 @@ class LocalConnection:
 
     def close(self) -> None:
         pass
+
+
+class ConnectionPool:
+    """At most one open connection per host for a whole run, shared by facts and converge."""
+
+    def __init__(self, opener: Callable[[str], Connection]) -> None:
+        self._opener = opener
+        self._conns: dict[str, Connection] = {}
+        self._lock = threading.Lock()
+        self._host_locks: dict[str, threading.Lock] = {}
+
+    def get(self, host: str) -> Connection:
+        with self._lock:
+            lock = self._host_locks.setdefault(host, threading.Lock())
+        with lock:
+            conn = self._conns.get(host)
+            if conn is None or getattr(conn, "closed", False):
+                conn = self._opener(host)
+                self._conns[host] = conn
+            return conn
+
+    def close_all(self) -> None:
+        with self._lock:
+            conns, self._conns = list(self._conns.values()), {}
+        for c in conns:
+            c.close()

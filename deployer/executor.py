@@ -151,11 +151,25 @@ class Executor:
         self._hosts: dict[str, _HostState] = {}
         self._lock = threading.Lock()
 
-    def run(self, plans: list[HostPlan], plays: tuple[Play, ...]) -> RunReport:
+    def run(
+        self,
+        plans: list[HostPlan],
+        plays: tuple[Play, ...],
+        unreachable: dict[str, str] | None = None,
+    ) -> RunReport:
+        """Converge ``plans``; hosts in ``unreachable`` (found so while gathering facts) are
+        reported unreachable without another attempt."""
         report = RunReport(check_mode=self.check)
         for plan in plans:
-            report.host(plan.host)
+            hreport = report.host(plan.host)
             self._hosts[plan.host] = _HostState(plan.host, self.connector)
+            if unreachable and plan.host in unreachable:
+                hreport.unreachable = mask_text(unreachable[plan.host])
+                hreport.tasks.append(
+                    TaskResult(
+                        plan.host, "", "connect", "", Status.UNREACHABLE, error=hreport.unreachable
+                    )
+                )
         try:
             for play in plays:
                 todo = [

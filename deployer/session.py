@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from deployer import inventory as inv
-from deployer.connection import SSHConnection, SSHTarget
+from deployer.connection import ConnectionPool, SSHConnection, SSHTarget
 from deployer.errors import InputError
 from deployer.executor import DEFAULT_FORKS, Executor
+from deployer.facts import HostFacts
 from deployer.hostpattern import select
 from deployer.plan import HostPlan, Planner
 from deployer.report import ConsoleReporter, write_json
@@ -61,6 +62,9 @@ class DeploySession:
         self.hosts = hosts
         self.plays: tuple[Play, ...] = ()
         self.plans: list[HostPlan] = []
+        self.pool = ConnectionPool(self._open)
+        self.facts: dict[str, HostFacts] = {}
+        self.unreachable: dict[str, str] = {}
 
     @classmethod
     def load(cls, options: RunOptions, *, plan: bool = True) -> DeploySession:
@@ -72,7 +76,9 @@ class DeploySession:
             session.build_plan()
         return session
 
-    def build_plan(self) -> None:
+    def build_plan(self, facts: dict[str, HostFacts] | None = None) -> None:
+        """Plan every selected host. Without facts (before connecting) each host gets empty facts,
+        so templates and conditions that use them are still checked for undefined names."""
         site = self.options.site or DEFAULT_SITE
         self.plays = load_site(site)
         roles_path = [*self.options.roles_path, DEFAULT_ROLES]
@@ -85,6 +91,7 @@ class DeploySession:
             tags=self.options.tags,
             skip_tags=self.options.skip_tags,
         )
+        self.planner = planner
         planner.load_roles(self.plays)
         selected = set(self.hosts)
         per_host: dict[str, list[Play]] = {h: [] for h in self.hosts}

@@ -1,0 +1,208 @@
+"""Host facts, gathered once per host per run with one read-only command.
+
+OS family, version, architecture and kernel; GPUs (NVIDIA functions on the PCI bus, then
+``nvidia-smi`` when present); the NVIDIA driver version installed (package), loaded
+(``/proc/driver/nvidia/version``) and seen by ``nvidia-smi``, with a mismatch flagged as "reboot
+required"; DCGM, dcgm-exporter and fabric manager package versions; NVSwitch presence.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from deployer.connection import CommandResult, Connection
+
+NVIDIA_PCI_VENDOR = "0x10de"
+# PCI class 0x0302 (3D controller) and 0x0300 (VGA) are GPUs; 0x0680 are NVSwitches.
+_GPU_CLASSES = ("0x0302", "0x0300")
+
+_SECTIONS = ("os", "pci", "smi", "smi_rc", "proc", "pkgs", "nvswitch")
+
+FACTS_SCRIPT = r"""
+echo '@@os'
+if [ -r /etc/os-release ]; then . /etc/os-release; fi
+printf 'id=%s\nversion_id=%s\nid_like=%s\npretty=%s\n' "${ID:-}" "${VERSION_ID:-}" "${ID_LIKE:-}" "${PRETTY_NAME:-}"
+printf 'arch=%s\nkernel=%s\n' "$(uname -m)" "$(uname -r)"
+echo '@@pci'
+for d in /sys/bus/pci/devices/*; do
+  [ -r "$d/vendor" ] || continue
+  v=$(cat "$d/vendor" 2>/dev/null); [ "$v" = "0x10de" ] || continue
+  printf '%s %s\n' "${d##*/}" "$(cat "$d/class" 2>/dev/null | cut -c1-6)"
+done
+echo '@@smi'
+if command -v nvidia-smi >/dev/null 2>&1; then
+  out=$(nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id,mig.mode.current,driver_version --format=csv,noheader,nounits 2>&1)
+  rc=$?
+  printf '%s\n' "$out"
+  echo "@@smi_rc"; echo "rc=$rc"
+else
+  echo "@@smi_rc"; echo "rc=absent"
+fi
+echo '@@proc'
+cat /proc/driver/nvidia/version 2>/dev/null || true
+echo '@@pkgs'
+dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' 2>/dev/null | grep -E '^(nvidia-|cuda-drivers|libnvidia-compute|datacenter-gpu-manager|nvidia-fabricmanager)' || true
+rpm -qa --qf '%{NAME}\t%{VERSION}-%{RELEASE}\tii \n' 2>/dev/null | grep -E '^(nvidia-|cuda-drivers|datacenter-gpu-manager)' || true
+echo '@@nvswitch'
+ls /proc/driver/nvidia-nvswitch/devices 2>/dev/null | wc -l
+true
+"""
+
+_PROC_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(?P<v>\d+\.\d+(?:\.\d+)?)")
+_VERSION_IN_PKG = re.compile(r"^(?:\d+:)?(?P<v>\d+\.\d+(?:\.\d+)?)")
+
+
+@dataclass
+class GPU:
+    index: int
+    uuid: str
+    name: str
+    memory_mib: int | None
+    pci_bus_id: str
+    mig_mode: str
+
+
+@dataclass
+class HostFacts:
+    host: str
+    os_id: str = ""
+    os_family: str = ""
+    os_version: str = ""
+    arch: str = ""
+    kernel: str = ""
+    nvidia_pci_gpus: int = 0
+    nvidia_pci_switches: int = 0
+    gpus: list[GPU] = field(default_factory=list)
+    nvidia_smi: str = "absent"  # absent | ok | error
+    nvidia_smi_error: str | None = None
+    driver_installed: str | None = None  # from the package
+    driver_loaded: str | None = None  # from /proc/driver/nvidia/version
+    driver_smi: str | None = None  # from nvidia-smi
+    kernel_module_flavour: str | None = None  # open | proprietary (of the loaded module)
+    reboot_required: bool = False
+    packages: dict[str, str] = field(default_factory=dict)  # installed NVIDIA packages -> version
+    held: list[str] = field(default_factory=list)
+    dcgm_version: str | None = None
+    dcgm_package: str | None = None
+    exporter_version: str | None = None
+    fabricmanager_version: str | None = None
+    nvswitch: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {s: [] for s in _SECTIONS}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("@@") and line[2:] in out:
+            current = line[2:]
+            continue
+        if current is not None:
+            out[current].append(line)
+    return out
+
+
+def _family(os_id: str, id_like: str) -> str:
+    ids = {os_id, *id_like.split()}
+    if ids & {"debian", "ubuntu"}:
+        return "debian"
+    if ids & {"rhel", "fedora", "centos", "rocky", "almalinux"}:
+        return "redhat"
+    return os_id or "unknown"
+
+
+def _upstream_version(pkg_version: str) -> str | None:
+    m = _VERSION_IN_PKG.match(pkg_version)
+    return m.group("v") if m else None
+
+
+def parse_facts(host: str, result: CommandResult) -> HostFacts:
+    """Facts from the output of FACTS_SCRIPT (pure; unit-tested on captured outputs)."""
+    s = _sections(result.stdout)
+    f = HostFacts(host=host)
+    kv = dict(line.split("=", 1) for line in s["os"] if "=" in line)
+    f.os_id, f.os_version = kv.get("id", ""), kv.get("version_id", "")
+    f.os_family = _family(f.os_id, kv.get("id_like", ""))
+    f.arch, f.kernel = kv.get("arch", ""), kv.get("kernel", "")
+    for line in s["pci"]:
+        parts = line.split()
+        if len(parts) == 2:
+            if parts[1] in _GPU_CLASSES:
+                f.nvidia_pci_gpus += 1
+            elif parts[1] == "0x0680":
+                f.nvidia_pci_switches += 1
+    smi_rc = "".join(s["smi_rc"]).strip().removeprefix("rc=")
+    if smi_rc == "absent":
+        f.nvidia_smi = "absent"
+    elif smi_rc == "0":
+        f.nvidia_smi = "ok"
+        for line in s["smi"]:
+            cols = [c.strip() for c in line.split(",")]
+            if len(cols) < 7 or not cols[0].isdigit():
+                continue
+            mem = cols[3].split()[0] if cols[3] else ""
+            f.gpus.append(
+                GPU(
+                    index=int(cols[0]),
+                    uuid=cols[1],
+                    name=cols[2],
+                    memory_mib=int(mem) if mem.isdigit() else None,
+                    pci_bus_id=cols[4],
+                    mig_mode=cols[5],
+                )
+            )
+            f.driver_smi = cols[6]
+    else:
+        f.nvidia_smi = "error"
+        f.nvidia_smi_error = "\n".join(s["smi"]).strip() or f"exit status {smi_rc}"
+    proc = "\n".join(s["proc"])
+    m = _PROC_VERSION.search(proc)
+    if m:
+        f.driver_loaded = m.group("v")
+        f.kernel_module_flavour = "open" if "Open Kernel Module" in proc else "proprietary"
+    for line in s["pkgs"]:
+        parts = line.split("\t")
+        if len(parts) < 3 or not parts[2].startswith(("ii", "hi")):
+            continue
+        name, version = parts[0], parts[1]
+        f.packages[name] = version
+        if parts[2].startswith("hi"):
+            f.held.append(name)
+    _derive_versions(f)
+    f.nvswitch = (("".join(s["nvswitch"]).strip() or "0") != "0") or f.nvidia_pci_switches > 0
+    return f
+
+
+def _derive_versions(f: HostFacts) -> None:
+    for name in ("nvidia-open", "cuda-drivers", "libnvidia-compute"):
+        if name in f.packages:
+            f.driver_installed = _upstream_version(f.packages[name])
+            break
+    else:
+        for name, version in f.packages.items():
+            if name.startswith("libnvidia-compute-"):
+                f.driver_installed = _upstream_version(version)
+                break
+    for name, version in f.packages.items():
+        if name.startswith("datacenter-gpu-manager-4-cuda") or (
+            name.startswith("datacenter-gpu-manager")
+            and f.dcgm_package is None
+            and "exporter" not in name
+        ):
+            f.dcgm_package = name
+            f.dcgm_version = _upstream_version(version)
+        elif name == "datacenter-gpu-manager-exporter":
+            f.exporter_version = _upstream_version(version)
+        elif name.startswith("nvidia-fabricmanager") and not name.endswith("-dev"):
+            f.fabricmanager_version = _upstream_version(version)
+    seen = {v for v in (f.driver_installed, f.driver_loaded, f.driver_smi) if v}
+    mismatch_text = "version mismatch" in (f.nvidia_smi_error or "").lower()
+    f.reboot_required = len(seen) > 1 or mismatch_text
+
+
+def gather(conn: Connection) -> HostFacts:
+    return parse_facts(conn.name, conn.run(FACTS_SCRIPT))
