@@ -1,0 +1,193 @@
+"""Specification of building a host plan from inventory variables: bad input names its key."""
+
+from __future__ import annotations
+
+import pytest
+
+from deployer.compat import DriverTarget, plan_from_vars, resolve_target
+from deployer.errors import InputError
+from deployer.yamlsrc import load_yaml_text
+
+BASE = {"gpu_model": "H100", "gpu_count": 8}
+
+
+def build(**overrides):
+    return plan_from_vars("gpu01", {**BASE, **overrides})
+
+
+BAD_INPUT = [
+    ("unknown GPU model", dict(gpu_model="H900"), "gpu_model", "unknown GPU model"),
+    ("GPU model of the wrong type", dict(gpu_model=["H100"]), "gpu_model", "expected a string"),
+    ("no GPU model and no facts", dict(gpu_model=None), "gpu_model", "not set"),
+    ("GPU count not a number", dict(gpu_count="eight"), "gpu_count", "positive integer"),
+    ("GPU count zero", dict(gpu_count=0), "gpu_count", "positive integer"),
+    ("GPU count a boolean", dict(gpu_count=True), "gpu_count", "positive integer"),
+    ("GPU count missing", dict(gpu_count=None), "gpu_count", "positive integer"),
+    ("nvswitch not a boolean", dict(nvswitch="maybe"), "nvswitch", "true or false"),
+    (
+        "driver version malformed",
+        dict(nvidia_driver_version="580.x"),
+        "nvidia_driver_version",
+        "not a driver version",
+    ),
+    (
+        "driver version a bare branch",
+        dict(nvidia_driver_version="580"),
+        "nvidia_driver_version",
+        "not a driver version",
+    ),
+    (
+        "driver version loaded as a float",
+        dict(nvidia_driver_version=570.26),
+        "nvidia_driver_version",
+        "quote the version",
+    ),
+    (
+        "driver version of an unknown branch",
+        dict(nvidia_driver_version="999.1.2"),
+        "nvidia_driver_version",
+        "unknown branch R999",
+    ),
+    ("branch malformed", dict(nvidia_driver_branch="58"), "nvidia_driver_branch", "not a branch"),
+    (
+        "branch unknown",
+        dict(nvidia_driver_branch="R999"),
+        "nvidia_driver_branch",
+        "unknown branch R999",
+    ),
+    (
+        "version and branch disagree",
+        dict(nvidia_driver_version="580.65.06", nvidia_driver_branch="595"),
+        "nvidia_driver_version",
+        "not of nvidia_driver_branch",
+    ),
+    (
+        "unknown module flavour",
+        dict(nvidia_module_flavour="closed"),
+        "nvidia_module_flavour",
+        "not one of",
+    ),
+    ("DCGM version without patch", dict(dcgm_version="4.4"), "dcgm_version", "not a DCGM version"),
+    ("DCGM version as a float", dict(dcgm_version=4.4), "dcgm_version", "quote the version"),
+    ("DCGM version with a v", dict(dcgm_version="v4.4.2"), "dcgm_version", "not a DCGM version"),
+    (
+        "exporter version without the DCGM part",
+        dict(dcgm_exporter_version="4.7.1"),
+        "dcgm_exporter_version",
+        "not an exporter tag",
+    ),
+    (
+        "exporter tag truncated",
+        dict(dcgm_exporter_version="4.4.2-4.7"),
+        "dcgm_exporter_version",
+        "not an exporter tag",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "overrides", "key", "says"), BAD_INPUT, ids=[c for c, *_ in BAD_INPUT]
+)
+def test_bad_variable_raises_input_error_naming_the_key(case, overrides, key, says):
+    with pytest.raises(InputError) as err:
+        build(**overrides)
+    assert err.value.key == key
+    assert says in err.value.message
+    assert "gpu01" in err.value.message
+
+
+def test_error_from_a_loaded_yaml_mapping_names_file_and_line():
+    variables = load_yaml_text(
+        "gpu_model: H100\ngpu_count: 8\nnvidia_driver_branch: '999'\n", "host_vars/gpu01.yml"
+    )
+    with pytest.raises(InputError) as err:
+        plan_from_vars("gpu01", variables)
+    assert (err.value.source, err.value.line, err.value.key) == (
+        "host_vars/gpu01.yml",
+        3,
+        "nvidia_driver_branch",
+    )
+    assert str(err.value).startswith("host_vars/gpu01.yml:3: nvidia_driver_branch: ")
+
+
+def test_error_uses_the_origin_callback_when_given():
+    with pytest.raises(InputError) as err:
+        plan_from_vars(
+            "gpu01", {**BASE, "dcgm_version": "4"}, origin=lambda key: ("group_vars/gpu.yml", 7)
+        )
+    assert (err.value.source, err.value.line) == ("group_vars/gpu.yml", 7)
+
+
+ACCEPTED_SPELLINGS = [
+    ("branch with an R", dict(nvidia_driver_branch="R580"), "driver_branch", "580"),
+    ("branch as an integer", dict(nvidia_driver_branch=580), "driver_branch", "580"),
+    (
+        "branch derived from the version",
+        dict(nvidia_driver_version="580.65.06"),
+        "driver_branch",
+        "580",
+    ),
+    ("model alias, any case", dict(gpu_model="a10g"), "gpu_model", "A10"),
+    ("model in lower case", dict(gpu_model="h100"), "gpu_model", "H100"),
+    ("nvswitch as Ansible yes", dict(nvswitch="yes"), "nvswitch", True),
+    ("nvswitch as INI False", dict(nvswitch="False"), "nvswitch", False),
+    ("gpu count as an INI string", dict(gpu_count="4"), "gpu_count", 4),
+    ("flavour defaults to auto", dict(), "module_flavour", "auto"),
+    ("empty DCGM version means unset", dict(dcgm_version=""), "dcgm_version", None),
+    ("rack as a number", dict(rack=12), "rack", "12"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "overrides", "attr", "expected"),
+    ACCEPTED_SPELLINGS,
+    ids=[c for c, *_ in ACCEPTED_SPELLINGS],
+)
+def test_accepted_spelling_is_normalised(case, overrides, attr, expected):
+    assert getattr(build(**overrides), attr) == expected
+
+
+def test_gpu_count_comes_from_facts_when_the_inventory_has_none():
+    p = plan_from_vars("gpu01", {"gpu_model": "H100"}, gpu_names=["NVIDIA H100 80GB HBM3"] * 8)
+    assert p.gpu_count == 8
+
+
+def test_retarget_replaces_only_the_driver():
+    p = build(nvidia_driver_version="535.54.03", dcgm_version="4.4.2")
+    moved = p.retarget(resolve_target("580"))
+    assert (moved.driver_version, moved.driver_branch) == ("580.126.20", "580")
+    assert moved.dcgm_version == "4.4.2" and moved.gpu_model == "H100"
+
+
+# --- upgrade-driver --to -------------------------------------------------------------------
+
+TARGETS = [
+    ("580", DriverTarget("580", "580", "580.126.20", True)),
+    ("R595", DriverTarget("R595", "595", "595.45.04", True)),
+    ("580.65.06", DriverTarget("580.65.06", "580", "580.65.06", True)),
+    ("580.82.07", DriverTarget("580.82.07", "580", "580.82.07", False)),
+    ("570.26", DriverTarget("570.26", "570", "570.26", True)),
+]
+
+
+@pytest.mark.parametrize(("to", "target"), TARGETS, ids=[t for t, _ in TARGETS])
+def test_upgrade_target_resolves(to, target):
+    assert resolve_target(to) == target
+
+
+BAD_TARGETS = [
+    ("999", "unknown branch R999"),
+    ("610", "no version of R610 is known"),
+    ("999.1.2", "unknown branch R999"),
+    ("latest", "neither a branch"),
+    ("580.126.20.1", "neither a branch"),
+    ("", "neither a branch"),
+]
+
+
+@pytest.mark.parametrize(("to", "says"), BAD_TARGETS, ids=[t or "empty" for t, _ in BAD_TARGETS])
+def test_bad_upgrade_target_raises_input_error_on_to(to, says):
+    with pytest.raises(InputError) as err:
+        resolve_target(to)
+    assert err.value.key == "--to"
+    assert says in err.value.message
