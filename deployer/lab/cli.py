@@ -1,0 +1,152 @@
+"""``gpumon-deploy lab ...``: the click command group over ``deployer.lab.Lab``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from deployer.errors import HostUnreachable, InputError
+from deployer.lab.lab import Lab, LabError, default_topology
+from deployer.lab.topology import load_topology
+
+_name_option = click.option(
+    "--name",
+    default="default",
+    show_default=True,
+    help="Lab name (state in /var/lib/gpumon-lab/NAME).",
+)
+
+
+def _lab(name: str) -> Lab:
+    return Lab(name, echo=lambda msg: click.echo(msg, err=True))
+
+
+def _fail(exc: Exception) -> None:
+    code = 2 if isinstance(exc, InputError) else 1
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(code)
+
+
+@click.group("lab")
+def lab() -> None:
+    """A local multi-host test cluster (systemd-nspawn hosts; GPUs are SIMULATED)."""
+
+
+@lab.command()
+@click.option(
+    "--gpu-nodes",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Number of GPU hosts (default: as the topology says).",
+)
+@click.option(
+    "--topology",
+    "topology_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Topology YAML (default: the packaged default topology).",
+)
+@_name_option
+def up(gpu_nodes: int | None, topology_file: Path | None, name: str) -> None:
+    """Bring the lab up (idempotent) and wait until every host answers SSH."""
+    try:
+        if topology_file is None:
+            topology = default_topology(name, gpu_nodes)
+        else:
+            # A topology file names its own bridge and subnet; it is used as written.
+            topology = load_topology(topology_file, gpu_nodes=gpu_nodes)
+        timings = _lab(name).up(topology)
+    except (InputError, LabError, HostUnreachable, OSError, RuntimeError) as exc:
+        _fail(exc)
+        return
+    click.echo(json.dumps({k: round(v, 1) for k, v in timings.items()}))
+
+
+@lab.command()
+@_name_option
+def down(name: str) -> None:
+    """Stop every host, unmount, stop the mirror and delete the bridge."""
+    try:
+        _lab(name).down()
+    except (LabError, OSError, RuntimeError) as exc:
+        _fail(exc)
+
+
+@lab.command()
+@_name_option
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(name: str, as_json: bool) -> None:
+    """Show hosts, addresses, faults and the mirror."""
+    info = _lab(name).status()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    if not info["up"]:
+        click.echo(f"lab {name!r} is down")
+        return
+    click.echo(
+        f"lab {name!r}: bridge {info['bridge']['name']} {info['bridge']['address']}"
+        f" ({'present' if info['bridge']['exists'] else 'MISSING'}); mirror "
+        f"{info['mirror']['url']} ({'serving' if info['mirror']['serving'] else 'DOWN'};"
+        f" GPU simulation {info['mirror']['gpu_simulation']})"
+    )
+    for host, h in info["hosts"].items():
+        faults = ",".join(f["kind"] for f in h["faults"]) or "-"
+        link = {True: "up", False: "CUT", None: "none"}[h["link_up"]]
+        click.echo(
+            f"  {host:<8} {h['address']:<14} {'running' if h['running'] else 'STOPPED':<8}"
+            f" link={link:<4} boots={h['boots']} faults={faults}"
+            f" {h.get('gpus', '')}"
+        )
+    click.echo(f"inventory: {info['inventory']}")
+
+
+def _parse_value(raw: str | None) -> Any:
+    if raw is None:
+        return None
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            continue
+    return raw
+
+
+@lab.command()
+@click.argument("host")
+@click.argument("kind")
+@click.option("--gpu", type=int, default=None, help="GPU index the fault applies to.")
+@click.option("--value", default=None, help="Fault value (temperature, XID code, ...).")
+@_name_option
+def fault(host: str, kind: str, gpu: int | None, value: str | None, name: str) -> None:
+    """Inject a fault into HOST. KIND: host-down, partition, exporter-down, or a GPU fault
+    (gpu-temp, memory-temp, xid, ecc-dbe, gpu-missing, upgrade-validation)."""
+    try:
+        _lab(name).fault(host, kind, gpu=gpu, value=_parse_value(value))
+    except (InputError, LabError, OSError, RuntimeError) as exc:
+        _fail(exc)
+
+
+@lab.command()
+@click.argument("host")
+@_name_option
+def heal(host: str, name: str) -> None:
+    """Undo every fault on HOST and wait until it is ready again."""
+    try:
+        _lab(name).heal(host)
+    except (InputError, LabError, HostUnreachable, OSError, RuntimeError) as exc:
+        _fail(exc)
+
+
+@lab.command()
+@_name_option
+def inventory(name: str) -> None:
+    """Print the path of the inventory the lab wrote."""
+    the_lab = Lab(name)
+    if not the_lab.inventory_path.is_file():
+        _fail(LabError(f"lab {name!r} has no inventory (run `gpumon-deploy lab up`)"))
+    click.echo(str(the_lab.inventory_path))

@@ -1,0 +1,576 @@
+"""A lab: a named set of systemd-nspawn hosts on their own bridge, with an offline mirror.
+
+``Lab(name)`` keeps its state in ``<state root>/<name>/`` (see ``deployer.lab.paths``):
+``lab.json`` (the topology it runs), ``id_ed25519`` (the root key pair, 0600), ``known_hosts``,
+``inventory.yml``, ``mirror.pid`` and ``hosts/<host>/``.  Everything it starts is tracked by PID
+and start time; ``down`` ends exactly those processes, unmounts the overlays and deletes the
+bridge, and both ``up`` and ``down`` recover from a lab whose processes were killed without a
+teardown.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from deployer.errors import HostKeyRefused, HostUnreachable, InputError
+from deployer.lab import host as hostmod
+from deployer.lab import mirror, network
+from deployer.lab.base import ensure_base
+from deployer.lab.inventory import inventory_data, known_hosts_lines, write_inventory
+from deployer.lab.paths import state_root
+from deployer.lab.topology import LabHost, Topology, for_lab_name, load_topology
+
+READY_TIMEOUT_S = 150.0
+READY_POLL_S = 1.0
+SSH_CONNECT_TIMEOUT_S = 3
+LAB_FAULTS = ("host-down", "partition", "exporter-down")
+READY_STATES = ("running", "degraded")
+
+Echo = Callable[[str], None]
+
+
+class LabError(RuntimeError):
+    """The lab could not be brought up or changed; the message says which host and why."""
+
+
+def default_topology(name: str = "default", gpu_nodes: int | None = None) -> Topology:
+    """The packaged topology, with the network of lab ``name`` (see ``for_lab_name``)."""
+    return for_lab_name(load_topology(gpu_nodes=gpu_nodes), name)
+
+
+class Lab:
+    """One lab on this machine. Cheap to construct; nothing happens until a method is called."""
+
+    def __init__(self, name: str = "default", *, echo: Echo | None = None) -> None:
+        if not name or not all(c.isalnum() or c in "-_" for c in name):
+            raise InputError("lab names use letters, digits, '-' and '_'", source="--name")
+        self.name = name
+        self.dir = state_root() / name
+        self._echo = echo or (lambda _msg: None)
+
+    # ------------------------------------------------------------ paths and recorded state
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.dir / "inventory.yml"
+
+    @property
+    def known_hosts_path(self) -> Path:
+        return self.dir / "known_hosts"
+
+    @property
+    def private_key_path(self) -> Path:
+        return self.dir / "id_ed25519"
+
+    @property
+    def hosts_dir(self) -> Path:
+        return self.dir / "hosts"
+
+    def host_files(self, host: str) -> hostmod.HostFiles:
+        return hostmod.HostFiles(self.hosts_dir / host)
+
+    @property
+    def topology(self) -> Topology | None:
+        """The topology this lab was last brought up with (None if it is not up)."""
+        try:
+            return topology_from_dict(json.loads((self.dir / "lab.json").read_text()))
+        except (FileNotFoundError, ValueError, KeyError):
+            return None
+
+    @property
+    def hosts(self) -> list[LabHost]:
+        topo = self.topology
+        return list(topo.hosts) if topo else []
+
+    def _require_topology(self) -> Topology:
+        topo = self.topology
+        if topo is None:
+            raise LabError(f"lab {self.name!r} is not up (run `gpumon-deploy lab up`)")
+        return topo
+
+    def mirror_urls(self, topology: Topology | None = None) -> mirror.MirrorUrls:
+        topo = topology or self._require_topology()
+        return mirror.MirrorUrls(f"http://{topo.gateway}:{topo.mirror_port}")
+
+    def mirror_vars(self, topology: Topology | None = None) -> dict[str, str]:
+        urls = self.mirror_urls(topology)
+        return {
+            "apt_mirror_url": urls.apt,
+            "nvidia_repo_url": urls.nvidia_repo,
+            "nvidia_repo_key_url": urls.key,
+            "release_mirror_url": urls.releases,
+        }
+
+    # ------------------------------------------------------------ up
+
+    def up(
+        self, topology: Topology | None = None, *, ready_timeout: float = READY_TIMEOUT_S
+    ) -> dict[str, Any]:
+        """Bring every host up (idempotent) and wait until each answers SSH with systemd
+        running. Returns timings in seconds."""
+        started = time.monotonic()
+        topology = topology or default_topology(self.name)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o700)
+        previous = self.topology
+        if previous is not None and topology_to_dict(previous) != topology_to_dict(topology):
+            self._echo("topology changed: taking the previous lab down first")
+            self.down()
+            self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "lab.json").write_text(json.dumps(topology_to_dict(topology), indent=2))
+        self.hosts_dir.mkdir(exist_ok=True)
+        self._clear_leftovers(topology)
+
+        timings: dict[str, float] = {}
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            base_job = pool.submit(ensure_base, self.dir / "base-build.log")
+            mirror_job = pool.submit(mirror.ensure_mirror, self.dir / "mirror-build.log")
+            base = base_job.result()
+            timings["base"] = time.monotonic() - started
+            mirror_job.result()
+            timings["mirror"] = time.monotonic() - started
+        network.ensure_bridge(topology)
+        mirror.serve(
+            topology.gateway, topology.mirror_port, self.dir / "mirror.pid", self.dir / "mirror.log"
+        )
+        authorized = self._client_key()
+        apt_key = mirror.public_key()
+        keys = self._host_keys()
+        to_start = [h for h in topology.hosts if not hostmod.running(self.host_files(h.name))]
+        for name in [h.name for h in to_start]:
+            keys.pop(name, None)
+
+        def start(h: LabHost) -> tuple[str, str]:
+            files = self.host_files(h.name)
+            hostmod.mount_overlay(files, base)
+            pub = hostmod.write_identity(
+                files.merged,
+                h,
+                topology,
+                authorized,
+                self.mirror_urls(topology).apt_sources(),
+                apt_key,
+            )
+            extra = self._gpu_prepare(h, files)
+            hostmod.start_supervisor(files, hostmod.nspawn_command(files, h, topology, extra))
+            return h.name, pub
+
+        if to_start:
+            self._echo(f"starting {', '.join(h.name for h in to_start)}")
+        with ThreadPoolExecutor(max_workers=max(1, len(to_start))) as pool:
+            for name, pub in pool.map(start, to_start):
+                keys[name] = pub
+        self._write_host_keys(keys)
+        self._write_access_files(topology, keys)
+        timings["started"] = time.monotonic() - started
+        self.wait_ready([h.name for h in topology.hosts], timeout=ready_timeout)
+        timings["ready"] = time.monotonic() - started
+        self._echo(
+            f"lab {self.name!r} up: {len(topology.hosts)} hosts ready in "
+            f"{timings['ready']:.1f}s; inventory {self.inventory_path}"
+        )
+        return timings
+
+    def _clear_leftovers(self, topology: Topology) -> None:
+        """Remove hosts that are not running (killed without teardown) or not in the topology."""
+        wanted = {h.name for h in topology.hosts}
+        for files in self._host_dirs():
+            name = files.dir.name
+            if name in wanted and hostmod.running(files):
+                continue
+            tree = hostmod.request_stop(files)
+            hostmod.finish_stop(files, tree, hostmod.GRACEFUL_STOP_S)
+            hostmod.remove(files)
+            if network.link_exists(network.host_veth(name)) and name in wanted:
+                raise LabError(
+                    f"a link {network.host_veth(name)} already exists: another lab "
+                    f"runs a host named {name}; take it down first"
+                )
+
+    def _host_dirs(self) -> list[hostmod.HostFiles]:
+        if not self.hosts_dir.is_dir():
+            return []
+        return [hostmod.HostFiles(p) for p in sorted(self.hosts_dir.iterdir()) if p.is_dir()]
+
+    def _client_key(self) -> str:
+        key = self.private_key_path
+        pub = key.with_suffix(".pub")
+        if not key.is_file() or not pub.is_file():
+            key.unlink(missing_ok=True)
+            pub.unlink(missing_ok=True)
+            proc = subprocess.run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    f"gpumon-lab-{self.name}",
+                    "-f",
+                    str(key),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise LabError(f"ssh-keygen: {proc.stderr.strip()}")
+        os.chmod(key, 0o600)
+        return pub.read_text().strip()
+
+    def _host_keys(self) -> dict[str, str]:
+        try:
+            return dict(json.loads((self.dir / "host_keys.json").read_text()))
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def _write_host_keys(self, keys: dict[str, str]) -> None:
+        (self.dir / "host_keys.json").write_text(json.dumps(keys, indent=2, sort_keys=True))
+
+    def _write_access_files(self, topology: Topology, keys: dict[str, str]) -> None:
+        entries = {
+            h.name: ([h.name, h.address], keys[h.name]) for h in topology.hosts if h.name in keys
+        }
+        self.known_hosts_path.write_text(known_hosts_lines(entries))
+        write_inventory(
+            self.inventory_path,
+            inventory_data(
+                topology,
+                private_key=self.private_key_path,
+                known_hosts=self.known_hosts_path,
+                mirror=self.mirror_vars(topology),
+            ),
+        )
+
+    def _gpu_prepare(self, h: LabHost, files: hostmod.HostFiles) -> list[str]:
+        sim = gpusim_module()
+        if not h.is_gpu or sim is None:
+            return []
+        hardware = sim.hardware_for(h.gpu_model, h.gpu_count, h.name, h.nvswitch)
+        sim.prepare_root(files.merged, hardware)
+        return list(sim.nspawn_args(files.dir))
+
+    # ------------------------------------------------------------ readiness and SSH
+
+    def ssh(
+        self,
+        host: str,
+        command: str,
+        *,
+        timeout: float = 60.0,
+        input: str | None = None,
+        connect_timeout: int = SSH_CONNECT_TIMEOUT_S,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` on ``host`` as root over SSH, host key checked against the lab's
+        known_hosts. Never raises for a failing command; see ``returncode``."""
+        h = self._require_topology().host(host)
+        base = ssh_command(h.address, self.private_key_path, self.known_hosts_path, connect_timeout)
+        cmd = [*base, command]
+        try:
+            return subprocess.run(
+                cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            return subprocess.CompletedProcess(
+                cmd, 124, _text(exc.stdout), _text(exc.stderr) + "\n(timed out)"
+            )
+
+    def wait_ready(self, hosts: list[str], *, timeout: float = READY_TIMEOUT_S) -> None:
+        """Wait (bounded) until every host answers SSH and systemd is running or degraded."""
+        topo = self._require_topology()
+        deadline = time.monotonic() + timeout
+
+        def one(name: str) -> str | None:
+            h = topo.host(name)
+            last = "no answer yet"
+            for _ in range(int(timeout / READY_POLL_S) + 1):
+                if time.monotonic() > deadline:
+                    break
+                if not hostmod.running(self.host_files(name)):
+                    return f"{name}: its systemd-nspawn exited; see {self.host_files(name).console}"
+                if _port_open(h.address, 22):
+                    proc = self.ssh(name, "systemctl is-system-running", timeout=15)
+                    state = proc.stdout.strip()
+                    if "Host key verification failed" in proc.stderr:
+                        raise HostKeyRefused(
+                            f"{name}: host key does not match the lab's "
+                            f"known_hosts ({self.known_hosts_path})"
+                        )
+                    if state in READY_STATES:
+                        return None
+                    last = state or proc.stderr.strip()[-200:]
+                time.sleep(READY_POLL_S)
+            return f"{name}: not ready after {timeout:.0f}s ({last})"
+
+        with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
+            problems = [p for p in pool.map(one, hosts) if p]
+        if problems:
+            raise HostUnreachable("; ".join(problems))
+
+    # ------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        """What runs now: per host its process, link, faults and boots; the mirror; the bridge."""
+        topo = self.topology
+        out: dict[str, Any] = {
+            "name": self.name,
+            "up": topo is not None,
+            "hosts": {},
+            "state_dir": str(self.dir),
+        }
+        if topo is None:
+            return out
+        sim = gpusim_module()
+        out["bridge"] = {
+            "name": topo.bridge,
+            "exists": network.link_exists(topo.bridge),
+            "address": f"{topo.gateway}/{topo.prefixlen}",
+        }
+        server = mirror.procs.load(self.dir / "mirror.pid")
+        out["mirror"] = {
+            "url": self.mirror_urls(topo).base,
+            "serving": bool(server and server.alive()),
+            "gpu_simulation": "available" if sim else "not built (no gpusim)",
+        }
+        for h in topo.hosts:
+            files = self.host_files(h.name)
+            boots = files.dir / "boots"
+            out["hosts"][h.name] = {
+                "address": h.address,
+                "groups": list(h.groups),
+                "running": hostmod.running(files),
+                "link_up": network.link_is_up(h.name),
+                "boots": int(boots.read_text()) if boots.is_file() else 0,
+                "faults": self.faults(h.name),
+                **({"gpus": f"{h.gpu_count}x{h.gpu_model} (simulated)"} if h.is_gpu else {}),
+            }
+        out["inventory"] = str(self.inventory_path)
+        return out
+
+    # ------------------------------------------------------------ faults
+
+    def fault_kinds(self) -> tuple[str, ...]:
+        sim = gpusim_module()
+        return LAB_FAULTS + (tuple(sim.FAULT_KINDS) if sim else ())
+
+    def faults(self, host: str) -> list[dict[str, Any]]:
+        try:
+            return list(json.loads((self.host_files(host).dir / "faults.json").read_text()))
+        except (FileNotFoundError, ValueError):
+            return []
+
+    def _record_fault(self, host: str, kind: str, params: dict[str, Any]) -> None:
+        faults = [f for f in self.faults(host) if f["kind"] != kind]
+        faults.append({"kind": kind, "params": params})
+        (self.host_files(host).dir / "faults.json").write_text(json.dumps(faults, indent=2))
+
+    def fault(self, host: str, kind: str, **params: Any) -> None:
+        """Inject one fault into ``host`` (see ``fault_kinds``); ``heal`` undoes all of them."""
+        topo = self._require_topology()
+        h = topo.host(host)
+        files = self.host_files(host)
+        params = {k: v for k, v in params.items() if v is not None}
+        sim = gpusim_module()
+        if kind == "host-down":
+            hostmod.power_off(files)
+        elif kind == "partition":
+            if not network.set_link(host, up=False):
+                raise LabError(f"{host} has no link to cut (is it running?)")
+        elif kind == "exporter-down":
+            proc = self.ssh(host, "systemctl stop dcgm-exporter")
+            if proc.returncode != 0:
+                raise LabError(f"{host}: stopping dcgm-exporter failed: {proc.stderr.strip()}")
+        elif sim is not None and kind in sim.FAULT_KINDS:
+            if not h.is_gpu:
+                raise InputError(f"{kind} needs a GPU host; {host} has no GPUs", key=kind)
+            sim.apply_fault(files.merged, kind, params)
+        else:
+            raise InputError(
+                f"unknown fault kind {kind!r} (kinds: {', '.join(self.fault_kinds())})", key=kind
+            )
+        self._record_fault(host, kind, params)
+        self._echo(f"{host}: fault {kind} injected")
+
+    def heal(self, host: str, *, ready_timeout: float = READY_TIMEOUT_S) -> None:
+        """Undo every fault on ``host``: power it on, reconnect it, restore its GPUs and
+        exporter, and wait until it is ready again."""
+        topo = self._require_topology()
+        h = topo.host(host)
+        files = self.host_files(host)
+        kinds = {f["kind"] for f in self.faults(host)}
+        if not hostmod.running(files):
+            base = ensure_base()
+            hostmod.mount_overlay(files, base)
+            extra = self._gpu_prepare_args(h, files)
+            hostmod.start_supervisor(files, hostmod.nspawn_command(files, h, topo, extra))
+        sim = gpusim_module()
+        if h.is_gpu and sim is not None:
+            sim.heal(files.merged)
+        self._reconnect(host)
+        self.wait_ready([host], timeout=ready_timeout)
+        if "exporter-down" in kinds:
+            proc = self.ssh(host, "systemctl start dcgm-exporter")
+            if proc.returncode != 0:
+                raise LabError(f"{host}: starting dcgm-exporter failed: {proc.stderr.strip()}")
+        (files.dir / "faults.json").unlink(missing_ok=True)
+        self._echo(f"{host}: healed")
+
+    def _reconnect(self, host: str) -> None:
+        for _ in range(50):
+            if network.set_link(host, up=True):
+                return
+            time.sleep(0.2)  # a just-started host's veth appears within a moment
+
+    def _gpu_prepare_args(self, h: LabHost, files: hostmod.HostFiles) -> list[str]:
+        sim = gpusim_module()
+        return list(sim.nspawn_args(files.dir)) if h.is_gpu and sim is not None else []
+
+    def reboot(self, host: str, *, ready_timeout: float = READY_TIMEOUT_S) -> None:
+        """``systemctl reboot`` inside the host and wait until it is back (a new boot)."""
+        boots = self.host_files(host).dir / "boots"
+        before = int(boots.read_text()) if boots.is_file() else 0
+        self.ssh(host, "systemctl reboot", timeout=15)
+        deadline = time.monotonic() + ready_timeout
+        for _ in range(int(ready_timeout / 0.2)):
+            now = int(boots.read_text()) if boots.is_file() else 0
+            if now > before or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        self.wait_ready([host], timeout=max(1.0, deadline - time.monotonic()))
+
+    # ------------------------------------------------------------ down
+
+    def down(self) -> None:
+        """Stop every host (cleanly, then by force), unmount, stop the mirror, delete the
+        bridge and the lab's runtime files. Safe on a lab that was killed without teardown."""
+        topo = self.topology
+        dirs = self._host_dirs()
+        trees = [(files, hostmod.request_stop(files)) for files in dirs]
+        for files, tree in trees:
+            hostmod.finish_stop(files, tree, hostmod.GRACEFUL_STOP_S)
+        for files in dirs:
+            hostmod.remove(files)
+        mirror.stop_serving(self.dir / "mirror.pid")
+        if topo is not None:
+            network.delete_bridge(topo.bridge)
+        for name in ("inventory.yml", "known_hosts", "host_keys.json", "lab.json"):
+            (self.dir / name).unlink(missing_ok=True)
+        if self.hosts_dir.is_dir():
+            shutil.rmtree(self.hosts_dir)
+        self._echo(f"lab {self.name!r} down")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def gpusim_module() -> Any:
+    """The GPU simulation package when it provides the contract's API, else None."""
+    try:
+        from deployer.lab import gpusim
+    except ImportError:
+        return None
+    needed = (
+        "build_packages",
+        "hardware_for",
+        "prepare_root",
+        "nspawn_args",
+        "FAULT_KINDS",
+        "apply_fault",
+        "heal",
+    )
+    return gpusim if all(hasattr(gpusim, n) for n in needed) else None
+
+
+def ssh_command(address: str, key: Path, known_hosts: Path, connect_timeout: int) -> list[str]:
+    return [
+        "ssh",
+        "-i",
+        str(key),
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        f"UserKnownHostsFile={known_hosts}",
+        "-o",
+        "GlobalKnownHostsFile=/dev/null",
+        "-o",
+        f"ConnectTimeout={connect_timeout}",
+        "-o",
+        "LogLevel=ERROR",
+        "-o",
+        "ServerAliveInterval=5",
+        "-o",
+        "ServerAliveCountMax=2",
+        f"root@{address}",
+    ]
+
+
+def _port_open(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def topology_to_dict(topology: Topology) -> dict[str, Any]:
+    return {
+        "bridge": topology.bridge,
+        "subnet": str(topology.subnet),
+        "mirror_port": topology.mirror_port,
+        "source": topology.source,
+        "hosts": [
+            {
+                "name": h.name,
+                "groups": list(h.groups),
+                "address": h.address,
+                "gpu_model": h.gpu_model,
+                "gpu_count": h.gpu_count,
+                "nvswitch": h.nvswitch,
+                "vars": h.vars,
+            }
+            for h in topology.hosts
+        ],
+    }
+
+
+def topology_from_dict(data: dict[str, Any]) -> Topology:
+    return Topology(
+        bridge=data["bridge"],
+        subnet=ipaddress.IPv4Network(data["subnet"]),
+        mirror_port=int(data["mirror_port"]),
+        source=data.get("source", "<lab.json>"),
+        hosts=tuple(
+            LabHost(
+                name=h["name"],
+                groups=tuple(h["groups"]),
+                address=h["address"],
+                gpu_model=h.get("gpu_model"),
+                gpu_count=int(h.get("gpu_count") or 0),
+                nvswitch=bool(h.get("nvswitch")),
+                vars=dict(h.get("vars") or {}),
+            )
+            for h in data["hosts"]
+        ),
+    )
