@@ -1281,11 +1281,13 @@ def verify(resolved: ResolvedPlan, observed: ObservedVersions) -> list[Mismatch]
         )
     if resolved.nvswitch:
         fm = upstream_version(observed.fabricmanager_version)
-        if fm != want:
+        if fm != want or (installed and fm != installed):
+            driver = installed if installed and installed != want else want
             add(
                 "fabricmanager-version",
-                f"Fabric Manager {fm or 'not installed'}, must equal the driver {want}",
-                f"install {resolved.fabricmanager_package}={want} with the driver",
+                f"Fabric Manager {fm or 'not installed'}, must equal the driver {driver}"
+                + ("" if driver == want else f" (planned {want})"),
+                f"install {resolved.fabricmanager_package}={want} together with the driver",
                 want,
                 fm,
             )
