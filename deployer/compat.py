@@ -34,7 +34,9 @@ Public API
     ``DriverTarget.listed`` says whether it is). Anything else raises ``InputError(key="--to")``.
     ``HostPlan.retarget(target)`` gives the plan with that driver, to ``check`` before a rollout.
 ``model_from_gpu_name(name) -> str | None``
-    The canonical model for a name as nvidia-smi or lspci prints it, or None.
+    The canonical model for a name as nvidia-smi or lspci (``-nn`` too) prints it, or None.
+``matrix() -> Matrix``
+    The loaded data (branches, architectures, models, ...), e.g. for listing known names.
 
 Defaults when the plan leaves a version out: the driver is the newest known version of the
 newest LTSB or PB branch that supports the GPU; DCGM and the exporter are a tested pair (an
@@ -66,6 +68,7 @@ _TRIPLE_RE = re.compile(r"^\d+\.\d+\.\d+$")
 _TAG_RE = re.compile(r"^(\d+\.\d+\.\d+)-(\d+\.\d+\.\d+)$")
 _BRANCH_RE = re.compile(r"^[Rr]?(\d{3})$")
 _WORD_RE = re.compile(r"[A-Za-z0-9]+")
+_PCI_RE = re.compile(r"\b10de:([0-9a-fA-F]{4})\b")
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -378,11 +381,17 @@ def matrix() -> Matrix:
 def model_from_gpu_name(name: str) -> str | None:
     """Canonical model for a GPU name as nvidia-smi or lspci prints it, or None.
 
-    An exact (case-insensitive) listed name wins; otherwise a name matches a model when the
-    model's name or an alias appears in it as a word ("Tesla V100-SXM2-32GB" -> V100). A name
-    that matches several models is ambiguous and gives None.
+    A PCI id in the name (``lspci -nn``: "... [10de:2330]", or a bare "10de:2330") wins, then an
+    exact (case-insensitive) listed name; otherwise a name matches a model when the model's name
+    or an alias appears in it as a word ("Tesla V100-SXM2-32GB" -> V100). A name that matches
+    several models is ambiguous and gives None.
     """
     m = matrix()
+    pci = _PCI_RE.search(name)
+    if pci:
+        for model in m.models.values():
+            if pci.group(1).lower() in model.pci_ids:
+                return model.name
     folded = name.strip().casefold()
     for model in m.models.values():
         if any(folded == n.casefold() for n in model.names):

@@ -242,3 +242,32 @@ def test_loader_refuses_a_malformed_file_naming_file_and_line(case, edit, says, 
         load_matrix(path)
     assert says in err.value.message
     assert err.value.source == str(path) and err.value.line is not None
+
+
+# --- GPU names as facts report them --------------------------------------------------------
+
+GPU_NAMES = [
+    ("Tesla V100-SXM2-32GB", "V100"),
+    ("Tesla V100S-PCIE-32GB", "V100"),
+    ("NVIDIA H100 80GB HBM3", "H100"),
+    ("NVIDIA H100 NVL", "H100"),
+    ("GH100 [H200 SXM 141GB]", "H200"),
+    ("NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev a1)", "H100"),
+    ("3D controller [0302]: NVIDIA Corporation Device [10de:2335] (rev a1)", "H200"),
+    ("10de:2901", "B200"),
+    ("NVIDIA A100-SXM4-80GB", "A100"),
+    ("NVIDIA A10G", "A10"),
+    ("NVIDIA L40S", "L40S"),
+    ("NVIDIA L40", "L40"),
+    ("NVIDIA GH200 480GB", "GH200"),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000"),
+    ("nvidia h100 80gb hbm3", "H100"),
+    ("NVIDIA Corporation GA100", None),
+    ("NVIDIA GeForce RTX 4090", None),
+    ("", None),
+]
+
+
+@pytest.mark.parametrize(("name", "model"), GPU_NAMES, ids=[n or "empty" for n, _ in GPU_NAMES])
+def test_gpu_name_maps_to_its_model(name, model):
+    assert model_from_gpu_name(name) == model
