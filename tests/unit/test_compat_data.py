@@ -271,3 +271,9 @@ GPU_NAMES = [
 @pytest.mark.parametrize(("name", "model"), GPU_NAMES, ids=[n or "empty" for n, _ in GPU_NAMES])
 def test_gpu_name_maps_to_its_model(name, model):
     assert model_from_gpu_name(name) == model
+
+
+def test_every_simulated_lab_gpu_maps_to_its_own_model():
+    gpusim = pytest.importorskip("deployer.lab.gpusim.models")
+    for short, sim in gpusim.MODELS.items():
+        assert model_from_gpu_name(sim.name) == short, sim.name
