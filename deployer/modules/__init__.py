@@ -1,0 +1,16 @@
+"""Every module the engine knows; importing this package registers them in MODULES."""
+
+from deployer.modules import (  # noqa: F401
+    accounts,
+    archive,
+    command,
+    files,
+    package,
+    reboot,
+    repositories,
+    systemd,
+    wait_for,
+)
+from deployer.modules.base import MODULES
+
+__all__ = ["MODULES"]

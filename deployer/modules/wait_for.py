@@ -1,0 +1,112 @@
+"""Waiting, on the host, until a port accepts connections, an HTTP endpoint answers, or a command passes.
+
+The read side probes once; when the probe fails the write side polls on the host every
+``interval`` seconds until it passes or ``timeout`` seconds have gone, which fails the task.
+Waiting changes nothing, so a wait is reported ok, never changed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from deployer.connection import CommandFailed, CommandResult
+from deployer.modules.base import (
+    ArgError,
+    HostSession,
+    Module,
+    Observation,
+    Param,
+    parse_kv,
+    q,
+    register,
+)
+
+_HOST = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
+@register
+class WaitFor(Module):
+    """Wait (bounded) for a port, an HTTP endpoint or a command on the host."""
+
+    name = "wait_for"
+    reports_change = False
+    params = {
+        "port": Param(int),
+        "host": Param(str, default="127.0.0.1"),
+        "url": Param(str),
+        "status": Param(int, default=200),
+        "contains": Param(str),
+        "command": Param(str),
+        "timeout": Param(int, default=60),
+        "interval": Param(int, default=1),
+    }
+
+    def check(self, args: dict[str, Any]) -> None:
+        given = [k for k in ("port", "url", "command") if args.get(k) is not None]
+        if len(given) != 1:
+            raise ArgError("port", "give exactly one of port, url or command")
+        if args.get("port") is not None and not 0 < args["port"] < 65536:
+            raise ArgError("port", f"out of range: {args['port']}")
+        if not _HOST.match(args["host"]):
+            raise ArgError("host", f"not a host name or address: {args['host']!r}")
+        if args.get("url") is not None and not re.match(r"^https?://\S+$", args["url"]):
+            raise ArgError("url", f"not an http(s) URL: {args['url']!r}")
+        if args.get("url") is None:
+            for key in ("contains",):
+                if args.get(key) is not None:
+                    raise ArgError(key, "only valid with url")
+        if not 0 < args["timeout"] <= 3600:
+            raise ArgError("timeout", "must be between 1 and 3600 seconds")
+        if not 0 < args["interval"] <= args["timeout"]:
+            raise ArgError("interval", "must be between 1 and timeout seconds")
+
+    def probe(self, args: dict[str, Any]) -> str:
+        """Shell that exits 0 when the awaited thing is ready (and prints why not otherwise)."""
+        if args.get("port") is not None:
+            host, port = args["host"], args["port"]
+            return f"timeout 5 bash -c 'exec 3<>\"/dev/tcp/$0/$1\"' {q(host)} {port} 2>/dev/null"
+        if args.get("url") is not None:
+            check = f'[ "$s" = {args["status"]} ]'
+            if args.get("contains") is not None:
+                check += f" && printf '%s\\n' \"$b\" | sed '$d' | grep -qF -- {q(args['contains'])}"
+            return (
+                f"{{ b=$(curl -sS --max-time 5 -w '\\n%{{http_code}}' -- {q(args['url'])} "
+                "2>/dev/null); s=$(printf '%s\\n' \"$b\" | tail -n 1); " + check + "; }"
+            )
+        return f"( sh -c {q(args['command'])} ) >/dev/null 2>&1 </dev/null"
+
+    def read_script(self, args: dict[str, Any]) -> str:
+        return f"if {self.probe(args)}; then echo ready=1; else echo ready=0; fi"
+
+    def parse(self, args: dict[str, Any], result: CommandResult) -> dict[str, Any]:
+        return {"ready": parse_kv(result.stdout).get("ready") == "1"}
+
+    def desired(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"ready": True}
+
+    def what(self, args: dict[str, Any]) -> str:
+        if args.get("port") is not None:
+            return f"port {args['host']}:{args['port']}"
+        if args.get("url") is not None:
+            return f"{args['url']} (status {args['status']})"
+        return f"command {args['command']!r}"
+
+    def write(self, session: HostSession, args: dict[str, Any], obs: Observation) -> None:
+        if not obs.differences:
+            return
+        t, i = int(args["timeout"]), int(args["interval"])
+        script = (
+            f"end=$(( $(date +%s) + {t} ))\n"
+            f"until {self.probe(args)}; do\n"
+            '  if [ "$(date +%s)" -ge "$end" ]; then exit 1; fi\n'
+            f"  sleep {i}\n"
+            "done"
+        )
+        result = session.run(script, timeout=t + 30)
+        if result.rc != 0:
+            raise CommandFailed(
+                CommandResult(
+                    result.command, result.rc, "", f"{self.what(args)} not ready after {t}s"
+                )
+            )
