@@ -469,7 +469,10 @@ class _Draft:
     """Groups and hosts while sources are being read, before reconciliation."""
 
     def __init__(self) -> None:
-        self.groups: dict[str, Group] = {"all": Group("all"), "ungrouped": Group("ungrouped")}
+        self.groups: dict[str, Group] = {
+            "all": Group("all", children=["ungrouped"]),
+            "ungrouped": Group("ungrouped", parents=["all"]),
+        }
         self.hosts: dict[str, _DraftHost] = {}
         self.priority_origin: dict[str, Origin] = {}
 
@@ -726,7 +729,7 @@ def _parse_ini(draft: _Draft, text: str, path: str) -> None:
             if group in pending and kind != "vars":
                 declare(group)
             continue
-        if line.startswith("["):
+        if line.startswith("[") and line.endswith("]"):
             raise InputError(
                 f"invalid section header {line!r}: no spaces, one ':' and a type at most",
                 source=path,
