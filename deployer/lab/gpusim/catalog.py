@@ -1,0 +1,395 @@
+"""What the SIMULATED NVIDIA repository holds: driver releases, DCGM and dcgm-exporter
+releases, and the Debian packages (names, versions, relations, contents) each one becomes.
+
+Names and version strings follow NVIDIA's Debian 12 CUDA repository as the references describe it
+(/work/shared/reference/nvidia-driver.md section 4, dcgm.md section 2, dcgm-exporter.md section 1).
+The contents are small Python stand-ins; every package says SIMULATED in its Description.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ARCH = "amd64"
+MAINTAINER = "gpumon-deploy lab (SIMULATED packages) <gpusim@gpumon-lab.invalid>"
+HOMEPAGE = "https://developer.nvidia.com/"
+SIM_LINE = (
+    " SIMULATED: a stand-in built by the gpumon-deploy lab for testing without GPUs. It carries the\n"
+    " real package name and version but contains small Python programs, not NVIDIA software.\n"
+    " Never install it on a real GPU host."
+)
+DATA = Path(__file__).parent / "data"
+STANDINS = Path(__file__).parent / "standins"
+
+
+@dataclass(frozen=True)
+class DriverRelease:
+    version: str  # e.g. 580.65.06
+    cuda: str  # nvidia-smi "CUDA Version"
+    build_date: str  # the date in /proc/driver/nvidia/version
+
+    @property
+    def branch(self) -> int:
+        return int(self.version.split(".")[0])
+
+    @property
+    def deb_version(self) -> str:
+        return f"{self.version}-1"
+
+    @property
+    def has_pinning(self) -> bool:
+        # "All releases beyond driver version 570 will use these packaging conventions"
+        return self.branch > 570
+
+    @property
+    def unversioned_fabricmanager(self) -> bool:
+        return self.branch >= 580
+
+
+DRIVERS: tuple[DriverRelease, ...] = (
+    DriverRelease("535.54.03", "12.2", "Tue Jun  6 22:20:39 UTC 2023"),
+    DriverRelease("570.133.20", "12.8", "Fri Apr 11 20:33:58 UTC 2025"),
+    DriverRelease("580.65.06", "13.0", "Sun Jul 27 06:54:38 UTC 2025"),
+    DriverRelease("580.126.20", "13.0", "Thu Jan 15 09:01:11 UTC 2026"),
+    DriverRelease("595.45.04", "13.2", "Tue Mar 10 18:12:40 UTC 2026"),
+)
+
+
+@dataclass(frozen=True)
+class DcgmRelease:
+    version: str  # e.g. 4.4.2
+    build_date: str
+
+    @property
+    def deb_version(self) -> str:
+        return f"1:{self.version}-1"
+
+
+DCGMS: tuple[DcgmRelease, ...] = (
+    DcgmRelease("4.4.2", "2025-10-08"),
+    DcgmRelease("4.5.3", "2026-02-20"),
+)
+
+
+@dataclass(frozen=True)
+class ExporterRelease:
+    dcgm: str  # DCGM version it was built against (tag prefix)
+    version: str  # exporter version
+
+    @property
+    def tag(self) -> str:
+        return f"{self.dcgm}-{self.version}"
+
+    @property
+    def deb_version(self) -> str:
+        return f"{self.version}-1"
+
+
+EXPORTERS: tuple[ExporterRelease, ...] = (
+    ExporterRelease("4.4.2", "4.7.1"),
+    ExporterRelease("4.5.3", "4.8.2"),
+)
+
+
+@dataclass
+class Deb:
+    """One Debian binary package: control fields, files and maintainer scripts."""
+
+    name: str
+    version: str
+    summary: str
+    depends: list[str] = field(default_factory=list)
+    pre_depends: list[str] = field(default_factory=list)
+    recommends: list[str] = field(default_factory=list)
+    provides: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    replaces: list[str] = field(default_factory=list)
+    section: str = "non-free/libs"
+    arch: str = ARCH
+    files: dict[str, tuple[bytes, int]] = field(default_factory=dict)
+    conffiles: list[str] = field(default_factory=list)
+    scripts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def filename(self) -> str:
+        upstream = self.version.split(":", 1)[-1]
+        return f"{self.name}_{upstream}_{self.arch}.deb"
+
+    def add(self, path: str, content: str | bytes, mode: int = 0o644) -> None:
+        data = content.encode() if isinstance(content, str) else content
+        self.files[path] = (data, mode)
+
+    def add_json(self, path: str, obj: dict) -> None:
+        self.add(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+
+    def add_tools(self, module: str, tools: dict[str, str], build: dict) -> None:
+        """Install stand-in executables: ``tools`` maps an installed path to an entry function
+        of ``standins/<module>.py``; the module, the shared code and ``build`` go to a private
+        directory of this package."""
+        libdir = f"/usr/lib/gpusim/{self.name}"
+        self.add(f"{libdir}/gpusim_common.py", (STANDINS / "common.py").read_bytes())
+        self.add(f"{libdir}/gpusim_{module}.py", (STANDINS / f"{module}.py").read_bytes())
+        self.add_json(f"{libdir}/build.json", {"package": self.name, **build})
+        for exe, func in tools.items():
+            depth = exe.count("/") - 1
+            up = "/".join([".."] * depth)
+            self.add(
+                exe, _launcher(exe, self.name, self.version, module, func, f"{up}{libdir}"), 0o755
+            )
+        if "python3" not in self.depends:
+            self.depends.append("python3")
+
+
+def _launcher(exe: str, package: str, version: str, module: str, func: str, rel_lib: str) -> str:
+    tool = exe.rsplit("/", 1)[-1]
+    return f"""#!/usr/bin/python3
+# SIMULATED {tool}: a stand-in from the gpumon-deploy lab ({package} {version}).
+# Not NVIDIA software; it answers from /etc/gpusim and /var/lib/gpusim on this host.
+import os
+import sys
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.normpath(os.path.join(os.path.dirname(os.path.realpath(__file__)),
+                                                 "{rel_lib}")))
+import gpusim_{module} as tool  # noqa: E402
+
+sys.exit(tool.{func}(sys.argv[1:]))
+"""
+
+
+# --- maintainer scripts ----------------------------------------------------------------------
+
+
+def _postinst(body: str) -> str:
+    return f"#!/bin/sh\n# SIMULATED package (gpumon-deploy lab)\nset -e\n{body}\nexit 0\n"
+
+
+def _service_scripts(deb: Deb, units: list[str], *, start_on_install: bool = False,
+                     restart_on_upgrade: bool = False, users: tuple[str, ...] = ()) -> None:  # fmt: skip
+    lines = ['if [ "$1" = configure ]; then']
+    for user in users:
+        lines.append(f"  getent passwd {user} >/dev/null || useradd --system --no-create-home "
+                     f"--shell /usr/sbin/nologin {user} || true")  # fmt: skip
+    lines.append("  if [ -d /run/systemd/system ]; then")
+    lines.append("    systemctl daemon-reload >/dev/null 2>&1 || true")
+    for unit in units:
+        if start_on_install:
+            lines.append(
+                f'    if [ -z "$2" ]; then systemctl enable --now {unit} >/dev/null 2>&1 || true; fi'
+            )
+        if restart_on_upgrade:
+            lines.append(
+                f'    if [ -n "$2" ]; then systemctl try-restart {unit} >/dev/null 2>&1 || true; fi'
+            )
+    lines.append("  fi")
+    lines.append("fi")
+    deb.scripts["postinst"] = _postinst("\n".join(lines))
+    stops = "\n".join(f"    systemctl stop {u} >/dev/null 2>&1 || true" for u in units)
+    deb.scripts["prerm"] = _postinst(
+        f'if [ "$1" = remove ] && [ -d /run/systemd/system ]; then\n{stops}\nfi'
+    )
+    deb.scripts["postrm"] = _postinst(
+        "if [ -d /run/systemd/system ]; then systemctl daemon-reload >/dev/null 2>&1 || true; fi"
+    )
+
+
+def _unit(description: str, service: str, install: str = "WantedBy=multi-user.target",
+          unit_extra: str = "") -> str:  # fmt: skip
+    return (f"# SIMULATED unit from the gpumon-deploy lab (stand-in for NVIDIA's)\n[Unit]\n"
+            f"Description={description} (SIMULATED, gpumon-deploy lab)\n{unit_extra}\n"
+            f"[Service]\n{service}\n\n[Install]\n{install}\n")  # fmt: skip
+
+
+MODULE_UNIT = "gpusim-nvidia-module.service"
+DAEMON_UNITS = ("nvidia-persistenced.service nvidia-dcgm.service nvidia-fabricmanager.service "
+                "nvidia-dcgm-exporter.service")  # fmt: skip
+
+
+# --- driver packages -------------------------------------------------------------------------
+
+
+def driver_packages(d: DriverRelease) -> list[Deb]:
+    v, b = d.deb_version, d.branch
+    eq = f"(= {v})"
+    build = {"version": d.version, "cuda_version": d.cuda, "build_dates": {d.version: d.build_date}}
+    debs: list[Deb] = []
+
+    nvml = Deb("libnvidia-ml1", v, "NVIDIA Management Library (NVML) runtime library")
+    nvml.add_json("/usr/lib/gpusim/libnvidia-ml.json", {"version": d.version})
+    debs.append(nvml)
+
+    cuda = Deb("libcuda1", v, f"NVIDIA CUDA Driver Library (CUDA {d.cuda})")
+    cuda.add_json("/usr/lib/gpusim/libcuda.json", {"version": d.version, "cuda_version": d.cuda})
+    debs.append(cuda)
+
+    smi = Deb("nvidia-smi", v, "NVIDIA System Management Interface", depends=[f"libnvidia-ml1 {eq}"],
+              section="non-free/utils")  # fmt: skip
+    smi.add_tools("nvidia_smi", {"/usr/bin/nvidia-smi": "main"}, build)
+    debs.append(smi)
+
+    pers = Deb("nvidia-persistenced", v, "daemon to maintain persistent software state in the NVIDIA driver",
+               depends=[f"libnvidia-ml1 {eq}"], section="non-free/utils")  # fmt: skip
+    pers.add_tools("daemons", {"/usr/bin/nvidia-persistenced": "persistenced_main"}, build)
+    pers.add("/usr/lib/systemd/system/nvidia-persistenced.service", _unit(
+        "NVIDIA Persistence Daemon",
+        "Type=forking\nExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced "
+        "--no-persistence-mode --verbose\nExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced\n"
+        "PIDFile=/run/nvidia-persistenced/nvidia-persistenced.pid",
+        unit_extra=f"Wants=syslog.target\nAfter={MODULE_UNIT}"))  # fmt: skip
+    _service_scripts(pers, ["nvidia-persistenced.service"], start_on_install=True,
+                     restart_on_upgrade=True, users=("nvidia-persistenced",))  # fmt: skip
+    debs.append(pers)
+
+    for flavour, name in (
+        ("proprietary", "nvidia-kernel-dkms"),
+        ("open", "nvidia-kernel-open-dkms"),
+    ):
+        words = "open GPU kernel modules" if flavour == "open" else "kernel module (proprietary)"
+        k = Deb(name, v, f"NVIDIA binary {words} DKMS source",
+                provides=[f"nvidia-kernel-dkms-any {eq}", f"nvidia-kernel-{d.version}"],
+                conflicts=["nvidia-kernel-dkms-any"], replaces=["nvidia-kernel-dkms-any"],
+                section="non-free/kernel")  # fmt: skip
+        k.add_json("/usr/lib/gpusim/nvidia-kernel.json", {"version": d.version, "flavour": flavour})
+        k.add_tools(
+            "daemons", {"/usr/libexec/gpusim/nvidia-module-load": "module_load_main"}, build
+        )
+        k.add(f"/usr/lib/systemd/system/{MODULE_UNIT}", _unit(
+            "Load the simulated NVIDIA kernel module (no real module is loaded)",
+            "Type=oneshot\nRemainAfterExit=yes\nExecStart=/usr/libexec/gpusim/nvidia-module-load",
+            unit_extra=f"Before={DAEMON_UNITS}"))  # fmt: skip
+        k.scripts["postinst"] = _postinst(
+            'if [ "$1" = configure ] && [ -d /run/systemd/system ]; then\n'
+            "  systemctl daemon-reload >/dev/null 2>&1 || true\n"
+            f"  systemctl enable {MODULE_UNIT} >/dev/null 2>&1 || true\n"
+            "  # like modprobe after a first install; an upgrade keeps the old module until reboot\n"
+            f"  [ -e /run/gpusim/nvidia-module.json ] || systemctl start {MODULE_UNIT} || true\n"
+            "fi"
+        )
+        debs.append(k)
+
+    debs.append(Deb("nvidia-driver-cuda", v, "NVIDIA driver CUDA integration components (compute-only)",
+                    depends=[f"nvidia-smi {eq}", f"libcuda1 {eq}", f"libnvidia-ml1 {eq}",
+                             f"nvidia-persistenced {eq}"], section="non-free/metapackages"))  # fmt: skip
+    debs.append(Deb("nvidia-driver", v, "NVIDIA metapackage (driver user space)",
+                    depends=[f"nvidia-driver-cuda {eq}",
+                             f"nvidia-kernel-dkms {eq} | nvidia-kernel-open-dkms {eq}"],
+                    section="non-free/metapackages"))  # fmt: skip
+    debs.append(Deb("nvidia-open", v, "NVIDIA driver metapackage, open kernel modules",
+                    depends=[f"nvidia-driver {eq}", f"nvidia-kernel-open-dkms {eq}"],
+                    section="non-free/metapackages"))  # fmt: skip
+    debs.append(Deb("cuda-drivers", v, "CUDA Driver native metapackage, proprietary kernel module",
+                    depends=[f"nvidia-driver {eq}", f"nvidia-kernel-dkms {eq}"],
+                    section="non-free/metapackages"))  # fmt: skip
+    if b < 590:
+        debs.append(Deb(f"cuda-drivers-{b}", v, f"CUDA Driver native metapackage, branch {b}",
+                        depends=[f"cuda-drivers {eq}"], section="non-free/metapackages"))  # fmt: skip
+        debs.append(Deb(f"nvidia-open-{b}", v, f"NVIDIA driver metapackage, open modules, branch {b}",
+                        depends=[f"nvidia-open {eq}"], section="non-free/metapackages"))  # fmt: skip
+    if d.has_pinning:
+        pin = Deb(f"nvidia-driver-pinning-{b}", v, f"Pin the NVIDIA driver packages to branch {b}",
+                  section="non-free/metapackages", arch="all")  # fmt: skip
+        pinned = ("nvidia-open cuda-drivers nvidia-driver nvidia-driver-cuda nvidia-smi libnvidia-ml1 "
+                  "libcuda1 nvidia-persistenced nvidia-kernel-dkms nvidia-kernel-open-dkms "
+                  "nvidia-fabricmanager libnvidia-nscq")  # fmt: skip
+        path = f"/etc/apt/preferences.d/nvidia-driver-pinning-{b}"
+        pin.add(path, f"# SIMULATED nvidia-driver-pinning-{b} (gpumon-deploy lab)\n"
+                      f"Package: {pinned}\nPin: version {b}.*\nPin-Priority: 1000\n")  # fmt: skip
+        pin.conffiles.append(path)
+        debs.append(pin)
+
+    fm_name = "nvidia-fabricmanager" if d.unversioned_fabricmanager else f"nvidia-fabricmanager-{b}"
+    fm = Deb(fm_name, v, "Fabric Manager for NVSwitch based systems",
+             provides=["nvidia-fabricmanager-any"], conflicts=["nvidia-fabricmanager-any"],
+             replaces=["nvidia-fabricmanager-any"], section="non-free/utils")  # fmt: skip
+    fm.add_tools("daemons", {"/usr/bin/nv-fabricmanager": "fabricmanager_main"}, build)
+    cfg = "/usr/share/nvidia/nvswitch/fabricmanager.cfg"
+    fm.add(cfg, "# SIMULATED fabric manager configuration (gpumon-deploy lab)\nLOG_LEVEL=4\n"
+                "LOG_FILE_NAME=/var/log/fabricmanager.log\nDAEMONIZE=1\nBIND_INTERFACE_IP=127.0.0.1\n"
+                "STARTING_TCP_PORT=16000\nFABRIC_MODE=0\n")  # fmt: skip
+    fm.add("/usr/lib/systemd/system/nvidia-fabricmanager.service", _unit(
+        "NVIDIA fabric manager service",
+        f"User=root\nPrivateTmp=false\nType=forking\nExecStart=/usr/bin/nv-fabricmanager -c {cfg}\n"
+        "PIDFile=/run/nvidia-fabricmanager/nv-fabricmanager.pid\nLimitCORE=infinity",
+        unit_extra=f"After={MODULE_UNIT}"))  # fmt: skip
+    _service_scripts(fm, ["nvidia-fabricmanager.service"])
+    debs.append(fm)
+    nscq_name = "libnvidia-nscq" if d.unversioned_fabricmanager else f"libnvidia-nscq-{b}"
+    nscq = Deb(nscq_name, v, "NVSwitch Configuration and Query library",
+               provides=["libnvidia-nscq-any"], conflicts=["libnvidia-nscq-any"],
+               replaces=["libnvidia-nscq-any"])  # fmt: skip
+    nscq.add_json(f"/usr/lib/gpusim/{nscq_name}.json", {"version": d.version})
+    debs.append(nscq)
+    if not d.unversioned_fabricmanager:
+        debs.append(Deb(f"cuda-drivers-fabricmanager-{b}", v, f"CUDA driver + fabric manager, branch {b}",
+                        depends=[f"cuda-drivers-{b} {eq}", f"{fm_name} {eq}"],
+                        section="non-free/metapackages"))  # fmt: skip
+    return debs
+
+
+# --- DCGM and dcgm-exporter ------------------------------------------------------------------
+
+
+def dcgm_packages(r: DcgmRelease) -> list[Deb]:
+    v = r.deb_version
+    build = {"version": r.version, "dcgm_version": r.version, "build_date": r.build_date}
+    core = Deb("datacenter-gpu-manager-4-core", v,
+               "NVIDIA Datacenter GPU Manager 4 core: nv-hostengine, dcgmi, libdcgm.so.4",
+               depends=["libc6 (>= 2.27)"], pre_depends=["passwd", "login"],
+               conflicts=["datacenter-gpu-manager"], section="non-free/utils")  # fmt: skip
+    core.add_tools("hostengine", {"/usr/bin/nv-hostengine": "main"}, build)
+    core.add_tools("dcgmi", {"/usr/bin/dcgmi": "main"}, build)
+    core.add_json("/usr/lib/gpusim/dcgm-core.json", {"version": r.version})
+    core.add("/usr/lib/systemd/system/nvidia-dcgm.service", _unit(
+        "NVIDIA DCGM service",
+        'User=root\nPrivateTmp=false\nEnvironment="DCGM_HOME_DIR=/var/log/nvidia-dcgm"\n'
+        "ExecStart=/usr/bin/nv-hostengine -n --service-account nvidia-dcgm\nRestart=on-abort",
+        install="WantedBy=multi-user.target\nAlias=dcgm.service",
+        unit_extra=f"After={MODULE_UNIT}"))  # fmt: skip
+    _service_scripts(core, ["nvidia-dcgm.service"], users=("nvidia-dcgm",))
+    core.scripts["postinst"] = core.scripts["postinst"].replace(
+        "set -e\n", "set -e\nmkdir -p /var/log/nvidia-dcgm\n", 1
+    )
+    debs = [core]
+    for major in (12, 13):
+        diag = Deb(f"datacenter-gpu-manager-4-cuda{major}", v,
+                   f"NVIDIA Datacenter GPU Manager 4 diagnostics for CUDA {major} user-mode drivers",
+                   depends=[f"datacenter-gpu-manager-4-core (= {v})"], recommends=["libnuma1"],
+                   provides=["datacenter-gpu-manager-4"], section="non-free/utils")  # fmt: skip
+        diag.add_json(f"/usr/lib/gpusim/dcgm-diag-cuda{major}.json",
+                      {"version": r.version, "cuda_major": major})  # fmt: skip
+        debs.append(diag)
+    return debs
+
+
+def exporter_package(e: ExporterRelease) -> Deb:
+    deb = Deb("datacenter-gpu-manager-exporter", e.deb_version,
+              f"NVIDIA DCGM Exporter {e.tag} (Prometheus exporter for GPU metrics)",
+              depends=["datacenter-gpu-manager-4-core (>= 1:4.0.0)"], section="non-free/utils")  # fmt: skip
+    deb.add_tools("exporter", {"/usr/bin/dcgm-exporter": "main"},
+                  {"version": e.version, "exporter_tag": e.tag, "dcgm_version": e.dcgm})  # fmt: skip
+    csv = (DATA / "default-counters.csv").read_text()
+    dcp = "".join(line for line in csv.splitlines(keepends=True) if "DCGM_EXP_" not in line)
+    for name, text in (("default-counters.csv", csv), ("dcp-metrics-included.csv", dcp)):
+        deb.add(f"/etc/dcgm-exporter/{name}", text)
+        deb.conffiles.append(f"/etc/dcgm-exporter/{name}")
+    deb.add("/usr/lib/systemd/system/nvidia-dcgm-exporter.service", _unit(
+        "NVIDIA DCGM Exporter",
+        "User=root\nExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv\n"
+        "StandardOutput=append:/var/log/dcgm-exporter.log\n"
+        "StandardError=append:/var/log/dcgm-exporter.log\nRestart=on-abort",
+        unit_extra="Wants=nvidia-dcgm.service\nAfter=nvidia-dcgm.service"))  # fmt: skip
+    _service_scripts(deb, ["nvidia-dcgm-exporter.service"])
+    return deb
+
+
+def all_packages() -> list[Deb]:
+    debs: list[Deb] = []
+    for d in DRIVERS:
+        debs.extend(driver_packages(d))
+    for r in DCGMS:
+        debs.extend(dcgm_packages(r))
+    for e in EXPORTERS:
+        debs.append(exporter_package(e))
+    return debs

@@ -1,0 +1,1 @@
+"""SIMULATED NVIDIA programs (Python 3 stdlib only) that the simulated packages install."""

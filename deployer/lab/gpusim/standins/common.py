@@ -1,0 +1,419 @@
+"""What every SIMULATED NVIDIA stand-in shares: paths on the host, the simulated kernel module,
+NVML initialisation (with the real version-mismatch failure), and the live per-GPU sample.
+
+This file is inlined at the top of every stand-in executable the packages install, so it may use
+the Python 3 standard library only (GPU hosts have python3 and nothing else). ``GPUSIM_ROOT``
+(default ``/``) prefixes every path, so tests run the stand-ins against a temporary root.
+"""
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+
+
+def _load_build() -> dict:
+    """Facts baked in by the package build (package, version, DCGM/exporter versions)."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "build.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+BUILD: dict = _load_build()
+
+SIM_NOTE = "SIMULATED by the gpumon-deploy lab (no GPU, no NVIDIA software)"
+
+HARDWARE_FILE = "/etc/gpusim/hardware.json"
+STATE_FILE = "/var/lib/gpusim/state.json"
+NVML_FILE = "/usr/lib/gpusim/libnvidia-ml.json"
+CUDA_FILE = "/usr/lib/gpusim/libcuda.json"
+KMOD_FILE = "/usr/lib/gpusim/nvidia-kernel.json"
+DCGM_CORE_FILE = "/usr/lib/gpusim/dcgm-core.json"
+DCGM_DIAG_FILE = "/usr/lib/gpusim/dcgm-diag-cuda{major}.json"
+LOADED_FILE = "/run/gpusim/nvidia-module.json"
+PROC_SRC_DIR = "/run/gpusim/proc-driver"
+PERSISTENCE_FILE = "/run/gpusim/persistence-mode"
+FABRIC_FILE = "/run/gpusim/fabric.json"
+
+NVML_SUCCESS = 0
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+
+#: DCGM-style critical XIDs: a GPU with one of these is unhealthy (gpu-alerts.md section 2).
+CRITICAL_XIDS = frozenset({46, 48, 62, 64, 74, 79, 95, 109, 119, 120, 136, 140, 143, 158})
+
+
+def sim_root() -> str:
+    return os.environ.get("GPUSIM_ROOT", "/")
+
+
+def in_real_root() -> bool:
+    return sim_root() == "/"
+
+
+def path(rel: str) -> str:
+    return os.path.join(sim_root(), rel.lstrip("/"))
+
+
+def read_json(rel: str, default=None):
+    try:
+        with open(path(rel), encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return default
+    except (OSError, ValueError):
+        return default
+
+
+def write_json_atomic(rel: str, data) -> None:
+    target = path(rel)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = f"{target}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, target)
+
+
+def write_text(rel: str, text: str) -> None:
+    target = path(rel)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def hardware() -> dict:
+    hw = read_json(HARDWARE_FILE)
+    if not hw:
+        return {"hostname": "unknown", "gpus": [], "nvswitches": [], "nvswitch": False}
+    return hw
+
+
+def state() -> dict:
+    st = read_json(STATE_FILE, {}) or {}
+    st.setdefault("gpus", {})
+    st.setdefault("xid_events", [])
+    st.setdefault("jobs", [])
+    return st
+
+
+def hostname() -> str:
+    try:
+        with open(path("/etc/hostname"), encoding="utf-8") as f:
+            name = f.read().strip()
+            if name:
+                return name
+    except OSError:
+        pass
+    return hardware().get("hostname") or os.uname().nodename
+
+
+def gpu_fault(st: dict, index: int) -> dict:
+    return st.get("gpus", {}).get(str(index), {})
+
+
+def visible_gpus(hw: dict | None = None, st: dict | None = None) -> list:
+    """GPUs NVML can see: the described ones minus those that fell off the bus."""
+    hw = hw if hw is not None else hardware()
+    st = st if st is not None else state()
+    return [g for g in hw.get("gpus", []) if not gpu_fault(st, g["index"]).get("missing")]
+
+
+# --- the simulated kernel module -------------------------------------------------------------
+
+
+def installed_module() -> dict | None:
+    return read_json(KMOD_FILE)
+
+
+def loaded_module() -> dict | None:
+    return read_json(LOADED_FILE)
+
+
+def proc_version_text(version: str, flavour: str) -> str:
+    """The two lines of /proc/driver/nvidia/version, worded as the open or proprietary module."""
+    stamp = BUILD.get("build_dates", {}).get(version) or "Tue Jul  1 00:00:00 UTC 2025"
+    gcc = "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)"
+    if flavour == "open":
+        head = (
+            f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build"
+            f"  (gpusim@gpumon-lab-SIMULATED)  {stamp}"
+        )
+    else:
+        head = f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  {stamp}"
+    return f"{head}\n{gcc}\n"
+
+
+def load_module(reason: str = "boot") -> dict | None:
+    """Load the installed module if none is loaded (what modprobe/nvidia-modprobe do).
+
+    The loaded version stays fixed until the next boot (/run is emptied by a reboot), so a package
+    upgrade without a reboot leaves the old module loaded, exactly like the real driver.
+    """
+    loaded = loaded_module()
+    if loaded:
+        return loaded
+    inst = installed_module()
+    if not inst:
+        return None
+    loaded = {"version": inst["version"], "flavour": inst["flavour"], "loaded_at": time.time(),
+              "reason": reason}  # fmt: skip
+    write_json_atomic(LOADED_FILE, loaded)
+    proc_dir = PROC_SRC_DIR + "/nvidia"
+    write_text(proc_dir + "/version", proc_version_text(inst["version"], inst["flavour"]))
+    hw = hardware()
+    for g in hw.get("gpus", []):
+        bus = g["pci_bus_id"].lower()[4:]
+        write_text(
+            f"{proc_dir}/gpus/{bus}/information",
+            f"Model: \t\t {g['name']}\nIRQ:   \t\t 0\nGPU UUID: \t {g['uuid']}\n"
+            f"Bus Location: \t {bus}\nDevice Minor: \t {g['index']}\n",
+        )
+    for sw in hw.get("nvswitches", []):
+        write_text(f"{PROC_SRC_DIR}/nvidia-nvswitch/devices/{sw['pci_bus_id'].lower()[4:]}", "")
+    expose_proc_driver()
+    return loaded
+
+
+def expose_proc_driver() -> None:
+    """Make /proc/driver show the simulated module's files (a bind mount, in a real host only)."""
+    if not in_real_root():
+        return
+    if os.path.exists("/proc/driver/nvidia/version"):
+        return
+    src = PROC_SRC_DIR
+    os.makedirs(src, exist_ok=True)
+    subprocess.run(["mount", "--bind", src, "/proc/driver"], check=False)
+
+
+# --- NVML -------------------------------------------------------------------------------------
+
+
+class NvmlError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def nvml_library_version() -> str | None:
+    info = read_json(NVML_FILE)
+    return info["version"] if info else None
+
+
+def nvml_init(autoload: bool = True) -> dict:
+    """Initialise the simulated NVML: returns the loaded module, or raises NvmlError."""
+    lib = nvml_library_version()
+    if lib is None:
+        raise NvmlError(127, "NVML library (libnvidia-ml.so.1) not found")
+    loaded = loaded_module()
+    if loaded is None and autoload:
+        loaded = load_module(reason="on demand")
+    if loaded is None:
+        raise NvmlError(
+            NVML_ERROR_DRIVER_NOT_LOADED,
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+            "Make sure that the latest NVIDIA driver is installed and running.",
+        )
+    if loaded["version"] != lib:
+        raise NvmlError(
+            NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+            f"Failed to initialize NVML: Driver/library version mismatch\nNVML library version: {lib}",
+        )
+    return loaded
+
+
+def cuda_version() -> str:
+    info = read_json(CUDA_FILE)
+    return info["cuda_version"] if info else "N/A"
+
+
+def persistence_enabled() -> bool:
+    try:
+        with open(path(PERSISTENCE_FILE), encoding="utf-8") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
+
+
+def fabric_state() -> tuple:
+    """(state, status) of the NVSwitch fabric as nvidia-smi -q reports it."""
+    hw = hardware()
+    if not hw.get("nvswitches"):
+        return ("N/A", "N/A")
+    fab = read_json(FABRIC_FILE)
+    if fab and fab.get("state") == "Completed":
+        return ("Completed", "Success")
+    return ("In Progress", "N/A")
+
+
+# --- live values ------------------------------------------------------------------------------
+
+
+def _uptime_s() -> float:
+    loaded = loaded_module() or {}
+    return max(0.0, time.time() - float(loaded.get("loaded_at", time.time())))
+
+
+def gpu_sample(g: dict, st: dict, now: float | None = None) -> dict:
+    """The current readings of one GPU: idle baseline, raised by jobs, overridden by faults."""
+    now = time.time() if now is None else now
+    i = g["index"]
+    fault = gpu_fault(st, i)
+    jobs = [j for j in st.get("jobs", []) if j.get("gpu") == i]
+    busy = bool(jobs)
+    base_temp = 30 + (i * 3) % 7
+    gpu_temp = base_temp + (28 if busy else 0)
+    mem_temp = gpu_temp + 4
+    if "gpu_temp" in fault:
+        gpu_temp = int(fault["gpu_temp"])
+    if "memory_temp" in fault:
+        mem_temp = int(fault["memory_temp"])
+    limit = float(g["power_limit_w"])
+    wobble = 1.0 + 0.02 * math.sin(now / 7.0 + i)
+    power = round(limit * (0.82 if busy else 0.1) * wobble, 3)
+    reserved = max(256, g["memory_total_mib"] // 147)
+    used = sum(int(j.get("used_memory_mib", 0)) for j in jobs)
+    free = max(0, g["memory_total_mib"] - reserved - used)
+    xids = [e for e in st.get("xid_events", []) if e.get("gpu") == i]
+    last_xid = xids[-1]["xid"] if xids else 0
+    dbe = int(fault.get("ecc_dbe", 0))
+    row_remap = bool(g.get("row_remap"))
+    uptime = _uptime_s()
+    return {
+        "gpu_temp": gpu_temp,
+        "memory_temp": mem_temp,
+        "power_w": power,
+        "energy_mj": int(limit * 0.1 * uptime * 1000),
+        "util": 100 if busy else 0,
+        "mem_util": 35 if busy else 0,
+        "sm_clock": g["max_sm_clock"] if busy else 345,
+        "mem_clock": g["mem_clock"],
+        "fb_total": g["memory_total_mib"],
+        "fb_reserved": reserved,
+        "fb_used": used,
+        "fb_free": free,
+        "xid_last": last_xid,
+        "xid_events": xids,
+        "ecc_dbe_vol": dbe,
+        "ecc_dbe_agg": dbe,
+        "ecc_sbe_vol": int(fault.get("ecc_sbe", 0)),
+        "ecc_sbe_agg": int(fault.get("ecc_sbe", 0)),
+        "uncorrectable_remapped_rows": dbe if row_remap else 0,
+        "correctable_remapped_rows": 0,
+        "row_remap_failure": 1 if fault.get("row_remap_failure") else 0,
+        "row_remap_pending": 1 if (row_remap and dbe) else 0,
+        "retired_dbe": 0 if row_remap else dbe,
+        "retired_sbe": 0,
+        "retired_pending": 0 if row_remap else (1 if dbe else 0),
+        "pcie_replay": 0,
+        "pstate": "P0",
+        "gr_active": 0.93 if busy else 0.0,
+        "tensor_active": 0.41 if busy else 0.0,
+        "dram_active": 0.37 if busy else 0.0,
+        "pcie_tx": 1.5e8 if busy else 2.1e5,
+        "pcie_rx": 2.5e8 if busy else 3.4e5,
+        "nvlink_bw": int(uptime * (4.2e6 if busy else 1.0e3)),
+        "jobs": jobs,
+        "clocks_event_reasons": 0x20 if gpu_temp >= g["slowdown_temp"] else (0 if busy else 1),
+    }
+
+
+def gpu_health(g: dict, st: dict) -> list:
+    """DCGM health incidents of one GPU: (system, 'Failure'|'Warning', message) tuples."""
+    i = g["index"]
+    out = []
+    fault = gpu_fault(st, i)
+    if fault.get("missing"):
+        out.append(("PCIe", "Failure", f"GPU {i} has fallen off the bus (is lost to the driver)."))
+        return out
+    s = gpu_sample(g, st)
+    if s["ecc_dbe_vol"] > 0:
+        out.append(("Memory", "Failure",
+                    f"A volatile double-bit ECC error has occurred on GPU {i}: "
+                    f"{s['ecc_dbe_vol']} errors. Drain the GPU and reset it or reboot the node."))  # fmt: skip
+    if s["row_remap_failure"]:
+        out.append(("Memory", "Failure", f"GPU {i} had a row remapping failure."))
+    if s["gpu_temp"] >= g["slowdown_temp"]:
+        out.append(("Thermal", "Warning",
+                    f"Thermal violations totaling 1.5 seconds started at {int(time.time())} on GPU {i} "
+                    f"(temperature {s['gpu_temp']} C, slowdown at {g['slowdown_temp']} C)."))  # fmt: skip
+    if s["memory_temp"] >= g["mem_max_op_temp"]:
+        out.append(("Thermal", "Warning",
+                    f"Memory temperature {s['memory_temp']} C on GPU {i} is at or above the memory "
+                    f"max operating temperature {g['mem_max_op_temp']} C."))  # fmt: skip
+    for e in s["xid_events"]:
+        level = "Failure" if int(e["xid"]) in CRITICAL_XIDS else "Warning"
+        out.append(("Driver", level, f"Detected XID {e['xid']} on GPU {i}."))
+    return out
+
+
+def daemonize(pidfile: str | None) -> None:
+    """Fork into the background like the real daemons do (Type=forking units)."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    write_pidfile(pidfile)
+
+
+def write_pidfile(pidfile: str | None) -> None:
+    if pidfile:
+        os.makedirs(os.path.dirname(path(pidfile)), exist_ok=True)
+        with open(path(pidfile), "w", encoding="utf-8") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def err(msg: str) -> None:
+    sys.stderr.write(msg.rstrip("\n") + "\n")
+
+
+# --- the host engine wire protocol (simulation only) -----------------------------------------
+
+DCGM_PORT = 5555
+
+
+def request(host: str, port: int, req: dict, timeout: float = 5.0) -> dict:
+    """One request to a running host engine (used by dcgmi and dcgm-exporter)."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(json.dumps(req).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return json.loads(buf)
+
+
+def parse_hostport(text: str, default_port: int = DCGM_PORT) -> tuple:
+    text = text.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = int(rest[1:]) if rest.startswith(":") else default_port
+        return host, port
+    if text.count(":") == 1:
+        host, port = text.split(":")
+        return host or "localhost", int(port)
+    return text or "localhost", default_port
+
+
+def dcgm_version() -> str:
+    return BUILD.get("dcgm_version") or (read_json(DCGM_CORE_FILE) or {}).get("version", "")
+
+
+def dcgm_version_text(version: str) -> str:
+    major_minor = "_".join(version.split(".")[:2])
+    return (f"Version : {version}\nBuild ID : 1\nBuild Date : {BUILD.get('build_date', '2025-10-01')}\n"
+            f"Build Type : Release\nCommit ID : gpusim\nBranch Name : rel_dcgm_{major_minor}\n"
+            f"CPU Arch : x86_64\nBuild Platform : Linux x86_64\nCRC : 00000000000000000000000000000000\n"
+            f"Simulation : {SIM_NOTE}\n")  # fmt: skip

@@ -1,0 +1,262 @@
+"""SIMULATED ``nv-hostengine``: a DCGM host engine that really listens (127.0.0.1:5555 by
+default) and answers the simulated ``dcgmi`` and ``dcgm-exporter -r`` with discovery, health and
+diagnostics computed from the host's described GPUs, its fault state and the loaded driver.
+
+Wire protocol (simulation only, not DCGM's): one JSON object per line each way.
+"""
+
+import contextlib
+import json
+import os
+import signal
+import socketserver
+import sys
+import threading
+import time
+
+try:
+    from deployer.lab.gpusim.standins import common as c
+except ImportError:  # installed on a simulated host: the package ships gpusim_common.py
+    import gpusim_common as c  # type: ignore[no-redef]
+
+DEFAULT_PORT = c.DCGM_PORT
+DEFAULT_PIDFILE = "/var/run/nvhostengine.pid"
+OLD_ARCHS = ("Volta", "Pascal", "Maxwell")
+DIAG_TESTS = {
+    1: ["software"],
+    2: ["software", "pcie", "memory"],
+    3: ["software", "pcie", "memory", "memory_bandwidth", "diagnostic", "targeted_stress",
+        "targeted_power"],
+    4: ["software", "pcie", "memory", "memory_bandwidth", "diagnostic", "targeted_stress",
+        "targeted_power", "memtest", "pulse_test"],
+}  # fmt: skip
+
+
+def required_diag_major(driver_cuda: str, gpus: list) -> int:
+    """Which -cuda<N> diag package this driver and these GPUs need (dcgm.md section 3)."""
+    try:
+        major = int(driver_cuda.split(".")[0])
+    except ValueError:
+        return 12
+    if major >= 13 and any(g.get("architecture") in OLD_ARCHS for g in gpus):
+        return 12
+    return major
+
+
+def run_diag(level: int, st: dict, hw: dict, driver: str) -> dict:
+    """The result of ``dcgmi diag -r LEVEL``: per test, per GPU Pass/Fail with messages."""
+    gpus = c.visible_gpus(hw, st)
+    cuda = c.cuda_version()
+    need = required_diag_major(cuda, hw.get("gpus", []))
+    result = {"level": level, "dcgm_version": c.dcgm_version(), "driver": driver,
+              "device_ids": [g["pci_device_id"] for g in gpus], "tests": [], "errors": []}  # fmt: skip
+    if c.read_json(c.DCGM_DIAG_FILE.format(major=need)) is None:
+        result["errors"].append(
+            f"The diagnostic could not run: no DCGM diagnostic plugins for CUDA {need} are installed "
+            f"(driver CUDA {cuda}; install datacenter-gpu-manager-4-cuda{need})."
+        )
+        return result
+    lost = [g for g in hw.get("gpus", []) if c.gpu_fault(st, g["index"]).get("missing")]
+    failure = st.get("validation_failure")
+    for test in DIAG_TESTS[level]:
+        entry = {"name": test, "gpus": []}
+        for g in gpus:
+            i = g["index"]
+            fault = c.gpu_fault(st, i)
+            msgs = []
+            if test == "software":
+                for lg in lost:
+                    msgs.append(f"GPU {lg['index']} ({lg['pci_bus_id']}) is lost to the driver: "
+                                "it fell off the bus")  # fmt: skip
+                if int(fault.get("ecc_dbe", 0)) > 0:
+                    kind = "row remap" if g.get("row_remap") else "page retirement"
+                    msgs.append(f"GPU {i} has a pending {kind} after double-bit ECC errors; "
+                                "reset the GPU or reboot")  # fmt: skip
+            if test == "memory" and int(fault.get("ecc_dbe", 0)) > 0:
+                msgs.append(f"GPU {i}: a double-bit ECC error was detected during the memory test")
+            if (
+                failure
+                and failure.get("test", "software") == test
+                and failure.get("gpu") in (None, i)
+            ):
+                msgs.append(failure.get("message") or
+                            f"GPU {i}: validation failure injected by the gpumon-deploy lab")  # fmt: skip
+            entry["gpus"].append({"gpu": i, "result": "Fail" if msgs else "Pass", "messages": msgs})
+        result["tests"].append(entry)
+    return result
+
+
+class Engine:
+    def __init__(self, driver: str) -> None:
+        self.driver = driver
+        self.started = time.time()
+        self.watches = "a"
+        self.lock = threading.Lock()
+
+    def handle(self, req: dict) -> dict:
+        op = req.get("op")
+        hw, st = c.hardware(), c.state()
+        if op == "hello":
+            return {"ok": True, "version": c.dcgm_version(), "driver": self.driver}
+        if op == "discovery":
+            return {
+                "ok": True,
+                "gpus": c.visible_gpus(hw, st),
+                "nvswitches": hw.get("nvswitches", []),
+            }
+        if op == "health_set":
+            with self.lock:
+                self.watches = str(req.get("mask", "a"))
+            return {"ok": True}
+        if op == "health_get":
+            return {"ok": True, "mask": self.watches}
+        if op == "health_check":
+            incidents = []
+            for g in hw.get("gpus", []):
+                for system, level, msg in c.gpu_health(g, st):
+                    incidents.append({"gpu": g["index"], "system": system, "health": level,
+                                      "message": msg})  # fmt: skip
+            return {"ok": True, "incidents": incidents}
+        if op == "diag":
+            level = int(req.get("level", 1))
+            if level not in DIAG_TESTS:
+                return {"ok": False, "error": f"Invalid run level {level}: use 1, 2, 3 or 4"}
+            return {"ok": True, "result": run_diag(level, st, hw, self.driver)}
+        if op == "samples":
+            return {"ok": True, "driver": self.driver}
+        return {"ok": False, "error": f"unsupported request {op!r}"}
+
+
+def serve(engine: Engine, bind: str, port: int) -> socketserver.ThreadingTCPServer:
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            for raw in self.rfile:
+                try:
+                    reply = engine.handle(json.loads(raw))
+                except (ValueError, KeyError, TypeError) as e:
+                    reply = {"ok": False, "error": str(e)}
+                self.wfile.write(json.dumps(reply).encode() + b"\n")
+                self.wfile.flush()
+
+    class Server(socketserver.ThreadingTCPServer):
+        allow_reuse_address = True
+        daemon_threads = True
+
+    return Server((bind, port), Handler)
+
+
+def _parse(argv: list) -> dict:
+    o = {"daemon": True, "bind": "127.0.0.1", "port": DEFAULT_PORT, "pid": DEFAULT_PIDFILE,
+         "log": None, "mode": "run"}  # fmt: skip
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        val = None
+        if a.startswith("--") and "=" in a:
+            a, val = a.split("=", 1)
+
+        def take():
+            nonlocal i
+            if val is not None:  # noqa: B023 (called in this iteration)
+                return val  # noqa: B023
+            i += 1
+            if i >= len(argv):
+                raise ValueError(f"missing value for {a}")  # noqa: B023
+            return argv[i]
+
+        if a in ("-n", "--no-daemon"):
+            o["daemon"] = False
+        elif a in ("-v", "--version"):
+            o["mode"] = "version"
+        elif a in ("-h", "--help"):
+            o["mode"] = "help"
+        elif a in ("-t", "--term"):
+            o["mode"] = "term"
+        elif a in ("-b", "--bind-interface"):
+            v = take()
+            o["bind"] = "0.0.0.0" if v.upper() == "ALL" else v
+        elif a in ("-p", "--port"):
+            o["port"] = int(take())
+        elif a == "--pid":
+            o["pid"] = take()
+        elif a in ("-f", "--log-filename"):
+            o["log"] = take()
+        elif a in ("--log-level", "--service-account", "--home-dir", "--denylist-modules"):
+            take()
+        elif a == "--log-rotate":
+            pass
+        elif a in ("-d", "--domain-socket", "-c", "--vsock-cid"):
+            raise ValueError(f"{a} is not supported by the simulated host engine (TCP only)")
+        else:
+            raise ValueError(f"unknown option {a}")
+        i += 1
+    return o
+
+
+def _log(o: dict, msg: str) -> None:
+    line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} [SIMULATED nv-hostengine] {msg}\n"
+    if o.get("log"):
+        try:
+            with open(c.path(o["log"]), "a", encoding="utf-8") as f:
+                f.write(line)
+        except OSError:
+            pass
+    sys.stderr.write(line)
+
+
+def main(argv: list) -> int:
+    try:
+        o = _parse(argv)
+    except ValueError as e:
+        c.err(f"nv-hostengine: {e}")
+        return 2
+    if o["mode"] == "help":
+        sys.stdout.write(
+            f"nv-hostengine [-n] [-b ADDR|ALL] [-p PORT] [--pid FILE] -- {c.SIM_NOTE}\n"
+        )
+        return 0
+    if o["mode"] == "version":
+        sys.stdout.write(c.dcgm_version_text(c.dcgm_version()))
+        return 0
+    if o["mode"] == "term":
+        try:
+            with open(c.path(o["pid"]), encoding="utf-8") as f:
+                os.kill(int(f.read().strip()), signal.SIGTERM)
+            sys.stdout.write("Host engine successfully terminated.\n")
+            return 0
+        except (OSError, ValueError):
+            sys.stdout.write("Unable to terminate host engine.\n")
+            return 1
+    try:
+        loaded = c.nvml_init()
+    except c.NvmlError as e:
+        _log(o, f"DCGM failed to initialize NVML: {e.message.splitlines()[0]}")
+        sys.stdout.write(f"Error: DCGM failed to initialize NVML: {e.message.splitlines()[0]}\n")
+        return 1
+    engine = Engine(loaded["version"])
+    try:
+        server = serve(engine, o["bind"], o["port"])
+    except OSError as e:
+        sys.stdout.write(f"Err: Failed to start DCGM Server: {e}\n")
+        return 1
+    if o["daemon"]:
+        c.daemonize(o["pid"])
+    else:
+        c.write_pidfile(o["pid"])
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    _log(
+        o,
+        f"DCGM {c.dcgm_version()} listening on {o['bind']}:{o['port']} (driver {loaded['version']})",
+    )
+    sys.stdout.flush()
+    try:
+        server.serve_forever(poll_interval=0.5)
+    finally:
+        server.server_close()
+        with contextlib.suppress(OSError):
+            os.unlink(c.path(o["pid"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
