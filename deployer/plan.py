@@ -7,6 +7,7 @@ files read and templates rendered. Anything wrong is an InputError naming the ro
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from deployer.errors import InputError
 from deployer.modules import MODULES
 from deployer.modules.base import ArgError, Module, PrepareContext
 from deployer.roles import Play, Role, Task, load_role
-from deployer.templating import Renderer, make_environment
+from deployer.templating import Renderer, TemplatedVars, make_environment
 
 ALWAYS = "always"
 
@@ -122,7 +123,7 @@ class Planner:
             merged.update(self.role(r).defaults)
         return merged
 
-    def host_vars(self, host: str, play: Play) -> dict[str, Any]:
+    def host_vars(self, host: str, play: Play) -> Mapping[str, Any]:
         defaults = self.play_defaults(play)
         variables = dict(self.inventory.resolve_vars(host, defaults))
         variables.update(
@@ -134,7 +135,7 @@ class Planner:
             hostvars=LazyHostVars(self.inventory, defaults),
         )
         variables.update(self.extra_context)
-        return variables
+        return TemplatedVars(variables, self.renderer, source=f"variables of {host}")
 
     def plan_host(self, host: str, plays: list[Play]) -> HostPlan:
         plan = HostPlan(host=host)
@@ -178,7 +179,7 @@ class Planner:
         return bool(tags & self.tags) or ALWAYS in tags
 
     def _expand(
-        self, role: Role, task: Task, variables: dict[str, Any], *, handler: bool
+        self, role: Role, task: Task, variables: Mapping[str, Any], *, handler: bool
     ) -> list[PlannedTask]:
         items: list[Any] = [None]
         if task.loop is not None:
@@ -193,7 +194,7 @@ class Planner:
             items = list(loop)
         out = []
         for item in items:
-            scope = variables if task.loop is None else {**variables, task.loop_var: item}
+            scope = variables if task.loop is None else ChainMap({task.loop_var: item}, variables)
             if task.when is not None:
                 cond = self.renderer.evaluate(task.when, scope, task.source, task.line, "when")
                 if not isinstance(cond, bool):
@@ -209,7 +210,7 @@ class Planner:
         return out
 
     def _concrete(
-        self, role: Role, task: Task, scope: dict[str, Any], item: Any, handler: bool
+        self, role: Role, task: Task, scope: Mapping[str, Any], item: Any, handler: bool
     ) -> PlannedTask:
         module = MODULES[task.module]()
         args = self.renderer.render_value(task.args, scope, task.source, task.line, task.module)
@@ -236,7 +237,7 @@ class Planner:
             handler=handler,
         )
 
-    def _prepare_context(self, role: Role, task: Task, scope: dict[str, Any]) -> PrepareContext:
+    def _prepare_context(self, role: Role, task: Task, scope: Mapping[str, Any]) -> PrepareContext:
         def find_file(kind: str, relative: str) -> str:
             found = role.find(kind, relative, self.shared_templates)
             if found is None:

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from deployer import inventory as inv
+from deployer import preflight
 from deployer.connection import ConnectionPool, SSHConnection, SSHTarget
-from deployer.errors import InputError
+from deployer.errors import HostUnreachable, InputError, PlanRefused
 from deployer.executor import DEFAULT_FORKS, Executor
-from deployer.facts import HostFacts
-from deployer.hostpattern import select
+from deployer.facts import HostFacts, gather
+from deployer.hostpattern import NoHostsMatched, select
 from deployer.plan import HostPlan, Planner
 from deployer.report import ConsoleReporter, write_json
 from deployer.results import RunReport
@@ -55,6 +57,12 @@ def ssh_target(spec: Any) -> SSHTarget:
     )
 
 
+def validation_facts(host: str) -> HostFacts:
+    """Stand-in facts for checking templates before any connection; the plan that runs is built
+    again from the host's real facts."""
+    return HostFacts(host=host, os_id="debian", os_family="debian", os_version="12", arch="x86_64")
+
+
 class DeploySession:
     def __init__(self, options: RunOptions, inventory: Any, hosts: list[str]) -> None:
         self.options = options
@@ -62,6 +70,7 @@ class DeploySession:
         self.hosts = hosts
         self.plays: tuple[Play, ...] = ()
         self.plans: list[HostPlan] = []
+        self.planner: Planner | None = None
         self.pool = ConnectionPool(self._open)
         self.facts: dict[str, HostFacts] = {}
         self.unreachable: dict[str, str] = {}
@@ -98,32 +107,90 @@ class DeploySession:
         for play in self.plays:
             try:
                 members = [h.name for h in select(self.inventory, play.hosts)]
+            except NoHostsMatched:
+                continue  # a site play for a group this inventory lacks applies to no host
             except InputError as exc:
-                # A site play naming a group this inventory lacks simply matches no host.
-                if "matches no host" in str(exc) or "no hosts matched" in str(exc).lower():
-                    continue
                 raise InputError(
-                    str(exc.message), source=play.source, line=play.line, key="hosts"
+                    exc.message, source=play.source, line=play.line, key="hosts"
                 ) from exc
             for h in members:
                 if h in selected:
                     per_host[h].append(play)
-        self.plans = [planner.plan_host(h, per_host[h]) for h in self.hosts if per_host[h]]
+        self.plans = []
+        for h in self.hosts:
+            if not per_host[h]:
+                continue
+            host_facts = (facts or {}).get(h) or validation_facts(h)
+            planner.extra_context = {"facts": host_facts.to_json()}
+            self.plans.append(planner.plan_host(h, per_host[h]))
 
-    def connector(self, host: str) -> SSHConnection:
+    def _open(self, host: str) -> SSHConnection:
         return SSHConnection(ssh_target(self.inventory.connection(host)))
+
+    def gather_facts(self, hosts: list[str], forks: int = DEFAULT_FORKS) -> dict[str, HostFacts]:
+        """Facts of ``hosts`` in parallel over the pooled connections; unreachable hosts noted."""
+
+        def one(host: str) -> tuple[str, HostFacts | None, str | None]:
+            try:
+                return host, gather(self.pool.get(host)), None
+            except HostUnreachable as exc:
+                return host, None, str(exc)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as ex:
+            for host, found, error in ex.map(one, hosts):
+                if found is not None:
+                    self.facts[host] = found
+                else:
+                    self.unreachable[host] = error or "unreachable"
+        return self.facts
+
+    def preflight(self, *, offline: bool, forks: int = DEFAULT_FORKS) -> list[Any]:
+        """Refusals of the compatibility matrix for the selected GPU hosts (empty: all good)."""
+        gpu = preflight.gpu_hosts(self.inventory, self.hosts)
+        if not gpu:
+            return []
+        if not offline:
+            self.gather_facts(
+                [h for h in gpu if h not in self.facts and h not in self.unreachable], forks
+            )
+        variables = {h: self.host_variables(h) for h in gpu}
+        plans = preflight.host_plans(
+            self.inventory, gpu, variables, None if offline else self.facts
+        )
+        return preflight.refusals(plans)
+
+    def host_variables(self, host: str) -> dict[str, Any]:
+        """A host's variables with the defaults of every role the site applies to it."""
+        defaults: dict[str, Any] = {}
+        if self.planner is not None:
+            for play in self.plays:
+                for r in play.roles:
+                    defaults.update(self.planner.role(r).defaults)
+        return dict(self.inventory.resolve_vars(host, defaults))
 
     def converge(
         self, *, check: bool, diff: bool, forks: int = DEFAULT_FORKS, json_output: bool = False
     ) -> RunReport:
-        reporter = ConsoleReporter(diff=diff)
-        executor = Executor(self.connector, check=check, diff=diff, forks=forks, events=reporter)
-        with reporter:
-            report = executor.run(self.plans, self.plays)
-        reporter.recap(report)
-        if json_output:
-            write_json(report, sys.stdout)
-        return report
+        try:
+            self.gather_facts([p.host for p in self.plans], forks)
+            refused = self.preflight(offline=False, forks=forks)
+            if refused:
+                raise PlanRefused(
+                    "the version plan is refused by the compatibility matrix:\n  "
+                    + "\n  ".join(str(r) for r in refused)
+                )
+            if self.facts:
+                self.build_plan(self.facts)
+            reporter = ConsoleReporter(diff=diff)
+            executor = Executor(self.pool.get, check=check, diff=diff, forks=forks, events=reporter)
+            with reporter:
+                report = executor.run(self.plans, self.plays, unreachable=self.unreachable)
+            reporter.recap(report)
+            if json_output:
+                write_json(report, sys.stdout)
+            return report
+        finally:
+            self.pool.close_all()
 
     def inventory_view(self, host: str | None) -> dict[str, Any]:
         if host is not None and host not in self.inventory.hosts:

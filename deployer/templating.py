@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections import ChainMap
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,13 +81,16 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
     return env
 
 
-def _template_line(exc: BaseException, filename: str) -> int | None:
-    """The line inside ``filename`` where a render-time error was raised (from the traceback)."""
+def _template_line(exc: BaseException, filename: str, template: Any = None) -> int | None:
+    """The template line where a render-time error was raised (from the traceback; the compiled
+    code's line numbers are mapped back to the template's)."""
     line = getattr(exc, "lineno", None)
     tb = exc.__traceback__
     while tb is not None:
         if tb.tb_frame.f_code.co_filename == filename:
             line = tb.tb_lineno
+            if template is not None:
+                line = template.get_corresponding_lineno(line)
         tb = tb.tb_next
     return line
 
@@ -108,17 +112,32 @@ class Renderer:
                 code = self.env.compile(source, filename=path)
                 template = self.env.template_class.from_code(self.env, code, self.env.globals, None)
                 self._file_cache[path] = template
-            return template.render(variables)
+            return self._render(template, variables)
         except jinja2.TemplateSyntaxError as exc:
             raise InputError(
                 f"template syntax error: {exc.message}", source=path, line=exc.lineno
             ) from exc
         except (jinja2.UndefinedError, jinja2.TemplateError, TypeError, ValueError) as exc:
             raise InputError(
-                f"template error: {exc}", source=path, line=_template_line(exc, path)
+                f"template error: {exc}", source=path, line=_template_line(exc, path, template)
             ) from exc
         except OSError as exc:
             raise InputError(f"cannot read template: {exc}", source=path) from exc
+
+    def _context(self, template: jinja2.Template, variables: Mapping[str, Any]) -> Any:
+        # shared=True hands the mapping to Jinja as is (no dict() copy), so TemplatedVars stay lazy.
+        return template.new_context(ChainMap(variables, self.env.globals), shared=True)  # type: ignore[arg-type]
+
+    def _render(self, template: jinja2.Template, variables: Mapping[str, Any]) -> str:
+        return self.env.concat(template.root_render_func(self._context(template, variables)))  # type: ignore[attr-defined]
+
+    def _eval(self, expression: str, variables: Mapping[str, Any]) -> Any:
+        compiled = self.env.compile_expression(expression, undefined_to_none=False)
+        template = compiled._template
+        ctx = self._context(template, variables)
+        for _ in template.root_render_func(ctx):
+            pass
+        return _defined(ctx.vars["result"])
 
     def render_value(
         self, value: Any, variables: Mapping[str, Any], source: str, line: int | None, key: str
@@ -131,11 +150,8 @@ class Renderer:
             whole = _WHOLE_EXPR.match(value)
             try:
                 if whole:
-                    result = self.env.compile_expression(
-                        whole.group("expr"), undefined_to_none=False
-                    )(**variables)
-                    return _defined(result)
-                return self.env.from_string(value).render(variables)
+                    return self._eval(whole.group("expr"), variables)
+                return self._render(self.env.from_string(value), variables)
             except jinja2.TemplateError as exc:
                 raise InputError(
                     f"cannot render {value!r}: {exc}", source=source, line=line, key=key
@@ -167,7 +183,7 @@ class Renderer:
         if whole:
             text = whole.group("expr")
         try:
-            return _defined(self.env.compile_expression(text, undefined_to_none=False)(**variables))
+            return self._eval(text, variables)
         except jinja2.TemplateError as exc:
             raise InputError(
                 f"cannot evaluate {expression!r}: {exc}", source=source, line=line, key=key
@@ -187,3 +203,52 @@ def _defined(value: Any) -> Any:
     if isinstance(value, jinja2.Undefined):
         value._fail_with_undefined_error()
     return value
+
+
+def _has_template(value: Any) -> bool:
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Mapping):
+        return any(_has_template(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_template(v) for v in value)
+    return False
+
+
+class TemplatedVars(Mapping[str, Any]):
+    """Variables whose values may themselves hold templates (a role default built from other
+    variables), rendered on first use, as Ansible does; a variable that refers to itself is an
+    error rather than a hang."""
+
+    def __init__(
+        self, raw: Mapping[str, Any], renderer: Renderer, source: str = "variables"
+    ) -> None:
+        self._raw = raw
+        self._renderer = renderer
+        self._source = source
+        self._cache: dict[str, Any] = {}
+        self._resolving: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._cache:
+            return self._cache[key]
+        value = self._raw[key]
+        if _has_template(value):
+            if key in self._resolving:
+                raise jinja2.UndefinedError(f"variable {key!r} refers to itself")
+            self._resolving.add(key)
+            try:
+                value = self._renderer.render_value(value, self, self._source, None, key)
+            finally:
+                self._resolving.discard(key)
+        self._cache[key] = value
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._raw
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)

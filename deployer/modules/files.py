@@ -104,7 +104,7 @@ def attr_commands(path: str, args: dict[str, Any], differences: dict[str, Any]) 
 _ATTR_PARAMS = {
     "owner": Param(str),
     "group": Param(str),
-    "mode": Param(str),
+    "mode": Param((str, int)),  # ints are refused with a clear message in normalise_mode
 }
 
 

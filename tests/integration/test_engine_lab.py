@@ -1,0 +1,203 @@
+"""The engine against the lab's real hosts: converge, idempotence, check mode, faults, host keys.
+
+Each test runs the real CLI (``gpumon-deploy up``) as a user would, against the lab's inventory,
+and checks the hosts with testinfra over SSH with host-key checking on.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import testinfra
+
+pytestmark = pytest.mark.lab
+
+SITE = Path(__file__).parent / "site" / "site.yml"
+SLOW_SITE = Path(__file__).parent / "site" / "slow.yml"
+CLI = [sys.executable, "-m", "deployer.cli"]
+
+
+def gpumon(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def up_json(lab, *args: str) -> tuple[int, dict]:
+    proc = gpumon(
+        "up", "-i", str(lab.inventory_path), "--site", str(SITE), "--output", "json", *args
+    )
+    assert proc.stdout.strip(), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def ssh_config(lab, tmp_path_factory) -> Path:
+    """An OpenSSH client config for testinfra: the lab's key and known_hosts, strict checking."""
+    path = tmp_path_factory.mktemp("ssh") / "config"
+    lines = []
+    for h in lab.hosts:
+        lines += [
+            f"Host {h.name}",
+            f"  HostName {h.address}",
+            "  User root",
+            f"  IdentityFile {lab.private_key_path}",
+            f"  UserKnownHostsFile {lab.known_hosts_path}",
+            "  StrictHostKeyChecking yes",
+            "  BatchMode yes",
+            "",
+        ]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def infra(ssh_config: Path, host: str):
+    return testinfra.get_host(f"ssh://{host}", ssh_config=str(ssh_config))
+
+
+@pytest.fixture(scope="module")
+def converged(lab):
+    """gpu01 and prom01 converged once with the demo role; the report of that first run."""
+    rc, report = up_json(lab, "--limit", "gpu01,prom01")
+    assert rc == 0, json.dumps(report, indent=1)[:4000]
+    return report
+
+
+def test_first_run_changes_every_demo_task(converged):
+    for host in ("gpu01", "prom01"):
+        counts = converged["hosts"][host]["counts"]
+        assert counts["failed"] == 0 and counts["unreachable"] == 0
+        assert counts["changed"] >= 8
+
+
+def test_second_run_reports_zero_changes(lab, converged):
+    rc, report = up_json(lab, "--limit", "gpu01,prom01")
+    assert rc == 0
+    assert report["totals"]["changed"] == 0, json.dumps(report["hosts"], indent=1)[:3000]
+    assert report["totals"]["ok"] >= 18
+
+
+def test_hosts_are_in_the_described_state(converged, ssh_config):
+    for name in ("gpu01", "prom01"):
+        host = infra(ssh_config, name)
+        conf = host.file("/etc/gpumon-demo/demo.conf")
+        assert conf.contains(f"host = {name}")
+        assert conf.mode == 0o644
+        token = host.file("/etc/gpumon-demo/token")
+        assert token.mode == 0o640 and token.group == "gpumon-demo"
+        assert host.user("gpumon-demo").shell in (
+            "/usr/sbin/nologin",
+            "/sbin/nologin",
+            "/bin/false",
+        )
+        assert host.package("jq").is_installed
+        svc = host.service("gpumon-demo.service")
+        assert svc.is_running and svc.is_enabled
+        assert host.file("/etc/gpumon-demo/beta.txt").content_string == f"beta on {name}\n"
+
+
+def test_secret_never_appears_in_the_report(converged):
+    assert "tok-3f9b1c2d8e7a" not in json.dumps(converged)
+
+
+def test_drift_is_repaired_and_the_handler_restarts_the_service(lab, converged, ssh_config):
+    host = infra(ssh_config, "gpu01")
+    pid_before = host.check_output("systemctl show -p MainPID --value gpumon-demo.service")
+    host.run("echo drift >> /etc/gpumon-demo/demo.conf")
+    rc, report = up_json(lab, "--limit", "gpu01", "--diff")
+    assert rc == 0
+    changed = [t["task"] for t in report["hosts"]["gpu01"]["tasks"] if t["changed"]]
+    assert changed == ["config file", "restart demo"]
+    assert host.check_output("systemctl show -p MainPID --value gpumon-demo.service") != pid_before
+    assert "drift" not in host.file("/etc/gpumon-demo/demo.conf").content_string
+
+
+def _state_snapshot(ssh_config: Path, name: str) -> tuple[str, str]:
+    host = infra(ssh_config, name)
+    files = host.run(
+        "find /etc /usr/local /var/tmp -xdev -type f -newermt '1970-01-02' -print0 2>/dev/null"
+        " | sort -z | xargs -0 sha256sum 2>/dev/null | sha256sum"
+    ).stdout
+    packages = host.check_output("dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'")
+    return files, packages
+
+
+def test_check_mode_on_a_fresh_host_changes_nothing(lab, ssh_config):
+    before = _state_snapshot(ssh_config, "prom02")
+    rc, report = up_json(lab, "--limit", "prom02", "--check", "--diff")
+    assert rc == 0, json.dumps(report, indent=1)[:3000]
+    assert report["check_mode"] is True
+    tasks = report["hosts"]["prom02"]["tasks"]
+    assert all(t["status"] == "changed" and t.get("predicted") for t in tasks)
+    assert _state_snapshot(ssh_config, "prom02") == before
+    token = next(t for t in tasks if t["task"] == "api token")
+    assert token["diff"]["after"] == "********"
+
+
+def test_a_host_taken_down_mid_run_is_unreachable_while_the_others_finish(lab):
+    for h in ("gpu03", "gpu04", "mon01"):
+        lab.ssh(h, "rm -f /var/tmp/gpumon-slow-done /var/tmp/gpumon-slow-start")
+    proc = subprocess.Popen(
+        [*CLI, "up", "-i", str(lab.inventory_path), "--site", str(SLOW_SITE), "--limit",
+         "gpu03,gpu04,mon01", "--output", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if lab.ssh("mon01", "test -e /var/tmp/gpumon-slow-start").returncode == 0:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the slow run never started on mon01")
+        lab.fault("mon01", "host-down")
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        lab.heal("mon01")
+    assert proc.returncode == 1, err
+    report = json.loads(out)
+    assert report["hosts"]["mon01"]["unreachable"]
+    assert report["hosts"]["mon01"]["counts"]["unreachable"] == 1
+    for h in ("gpu03", "gpu04"):
+        assert report["hosts"][h]["counts"]["failed"] == 0
+        assert report["hosts"][h]["unreachable"] is None
+        assert lab.ssh(h, "test -e /var/tmp/gpumon-slow-done").returncode == 0
+
+
+def test_a_swapped_host_key_is_refused(lab, tmp_path):
+    lines = lab.known_hosts_path.read_text().splitlines()
+    addr = {h.name: h.address for h in lab.hosts}
+    gpu02_keys = [ln.split(None, 1)[1] for ln in lines if ln.split(None, 1)[0] == addr["gpu02"]]
+    forged = [ln for ln in lines if ln.split(None, 1)[0] != addr["gpu03"]]
+    forged += [f"{addr['gpu03']} {k}" for k in gpu02_keys]
+    bad = tmp_path / "known_hosts"
+    bad.write_text("\n".join(forged) + "\n")
+    rc, report = up_json(lab, "--limit", "gpu03", "-e", f"gpumon_known_hosts_file={bad}")
+    assert rc == 1
+    why = report["hosts"]["gpu03"]["unreachable"]
+    assert why and "does not match" in why
+    assert lab.ssh("gpu03", "test -e /etc/gpumon-demo").returncode != 0
+
+
+def test_an_unknown_host_key_is_refused_unless_accepting_new_keys_is_opted_in(lab, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    rc, report = up_json(
+        lab, "--limit", "gpu04", "--check", "-e", f"gpumon_known_hosts_file={empty}"
+    )
+    assert rc == 1
+    assert "not in" in report["hosts"]["gpu04"]["unreachable"]
+    rc, report = up_json(
+        lab, "--limit", "gpu04", "--check", "-e", f"gpumon_known_hosts_file={empty}",
+        "-e", "gpumon_host_key_policy=accept-new",
+    )  # fmt: skip
+    assert rc == 0, json.dumps(report)[:2000]
+    addr = next(h.address for h in lab.hosts if h.name == "gpu04")
+    assert any(line.split()[0] == addr for line in empty.read_text().splitlines())
