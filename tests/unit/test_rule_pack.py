@@ -141,6 +141,16 @@ def test_rendered_rule_file_passes_promtool_check(
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_engine_environment_renders_the_same_rule_files(rendered: list[Path]) -> None:
+    from deployer.templating import make_environment
+
+    env = make_environment([TEMPLATES])
+    variables = role_defaults()
+    for rule_file in rendered:
+        engine_text = env.get_template(f"{rule_file.name}.j2").render(**variables)
+        assert engine_text == rule_file.read_text(encoding="utf-8"), rule_file.name
+
+
 def test_every_alert_has_severity_summary_description_and_runbook(rendered: list[Path]) -> None:
     alerts = rules_of(rendered, "alert")
     assert alerts
