@@ -55,9 +55,32 @@ class NoHostsMatched(InputError):
     """
 
 
+def _brackets_pair_up(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if depth not in (0, 1):
+            return False
+    return depth == 0
+
+
 def split_patterns(limit: str) -> list[str]:
-    """Split a limit into single patterns as Ansible does (commas first, else colons)."""
-    parts = limit.split(",") if "," in limit else _COLON_SPLIT.findall(limit)
+    """Split a limit into single patterns as Ansible does (commas first, else colons).
+
+    A colon-separated limit whose brackets do not pair up is an InputError.
+    """
+    if "," in limit:
+        parts = limit.split(",")
+    else:
+        parts = _COLON_SPLIT.findall(limit)
+        # Ansible's split silently drops what it cannot read (an unbalanced "["); refuse instead.
+        if not _brackets_pair_up(limit):
+            raise InputError(
+                "malformed pattern: unbalanced '[' or ']'", source="--limit", key=limit
+            )
     return [p.strip() for p in parts if p.strip()]
 
 
