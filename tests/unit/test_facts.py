@@ -1,0 +1,128 @@
+"""Facts parsing: captured outputs of the facts script in, HostFacts out."""
+
+from __future__ import annotations
+
+import pytest
+
+from deployer.connection import CommandResult, LocalConnection
+from deployer.facts import FACTS_SCRIPT, gather, parse_facts
+
+OS = """@@os
+id=debian
+version_id=12
+id_like=
+pretty=Debian GNU/Linux 12 (bookworm)
+arch=x86_64
+kernel=6.1.0-28-amd64
+"""
+
+SMI_OK = """@@smi
+0, GPU-1b2c3d4e-0000-1111-2222-333344445555, NVIDIA H100 80GB HBM3, 81559, 00000000:18:00.0, Disabled, 580.65.06
+1, GPU-1b2c3d4e-0000-1111-2222-333344445556, NVIDIA H100 80GB HBM3, 81559, 00000000:2A:00.0, Disabled, 580.65.06
+@@smi_rc
+rc=0
+"""
+
+SMI_MISMATCH = """@@smi
+Failed to initialize NVML: Driver/library version mismatch
+NVML library version: 595.45.04
+@@smi_rc
+rc=18
+"""
+
+PROC_OPEN = """@@proc
+NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Jul 29 2025
+GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)
+"""
+
+PROC_PROPRIETARY = """@@proc
+NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.133.20  Wed Mar  5 2025
+"""
+
+PKGS = """@@pkgs
+nvidia-open\t580.65.06-1\tii
+libnvidia-compute\t580.65.06-1\tii
+datacenter-gpu-manager-4-core\t1:4.4.2-1\thi
+datacenter-gpu-manager-4-cuda13\t1:4.4.2-1\thi
+datacenter-gpu-manager-exporter\t4.7.1-1\tii
+nvidia-fabricmanager\t580.65.06-1\thi
+nvidia-old-removed\t1.0\trc
+"""
+
+
+def facts_of(*sections: str, pci: str = "@@pci\n", nvswitch: str = "@@nvswitch\n0\n"):
+    return parse_facts("h", CommandResult("facts", 0, "".join([OS, pci, *sections, nvswitch]), ""))
+
+
+def test_os_family_version_arch_and_kernel():
+    f = facts_of("@@smi\n@@smi_rc\nrc=absent\n", "@@proc\n", "@@pkgs\n")
+    assert (f.os_id, f.os_family, f.os_version, f.arch, f.kernel) == (
+        "debian", "debian", "12", "x86_64", "6.1.0-28-amd64",
+    )  # fmt: skip
+    assert f.nvidia_smi == "absent" and f.gpus == [] and not f.reboot_required
+
+
+def test_gpus_from_nvidia_smi():
+    f = facts_of(SMI_OK, PROC_OPEN, PKGS)
+    assert [g.index for g in f.gpus] == [0, 1]
+    assert f.gpus[0].name == "NVIDIA H100 80GB HBM3"
+    assert f.gpus[0].memory_mib == 81559
+    assert f.gpus[1].pci_bus_id == "00000000:2A:00.0"
+    assert f.gpus[0].mig_mode == "Disabled"
+
+
+def test_versions_agree_means_no_reboot_required():
+    f = facts_of(SMI_OK, PROC_OPEN, PKGS)
+    assert f.driver_installed == f.driver_loaded == f.driver_smi == "580.65.06"
+    assert f.kernel_module_flavour == "open"
+    assert not f.reboot_required
+
+
+@pytest.mark.parametrize(
+    ("smi", "proc", "expect_reboot"),
+    [
+        (SMI_OK, PROC_OPEN, False),
+        (SMI_MISMATCH, PROC_OPEN, True),  # user space upgraded, module still old
+        (SMI_OK, PROC_PROPRIETARY, True),  # loaded module differs from the package
+    ],
+    ids=["agree", "nvml-mismatch", "loaded-differs"],
+)
+def test_reboot_required_when_installed_loaded_and_seen_versions_differ(smi, proc, expect_reboot):
+    assert facts_of(smi, proc, PKGS).reboot_required is expect_reboot
+
+
+def test_nvml_mismatch_is_an_error_with_its_message():
+    f = facts_of(SMI_MISMATCH, PROC_OPEN, PKGS)
+    assert f.nvidia_smi == "error"
+    assert "version mismatch" in f.nvidia_smi_error
+
+
+def test_proprietary_module_flavour():
+    assert facts_of(SMI_OK, PROC_PROPRIETARY, PKGS).kernel_module_flavour == "proprietary"
+
+
+def test_package_versions_holds_and_removed_packages():
+    f = facts_of(SMI_OK, PROC_OPEN, PKGS)
+    assert f.dcgm_version == "4.4.2"
+    assert f.dcgm_package == "datacenter-gpu-manager-4-cuda13"
+    assert f.exporter_version == "4.7.1"
+    assert f.fabricmanager_version == "580.65.06"
+    assert "nvidia-fabricmanager" in f.held
+    assert "nvidia-old-removed" not in f.packages
+
+
+def test_pci_functions_and_nvswitch():
+    pci = "@@pci\n0000:18:00.0 0x0302\n0000:2a:00.0 0x0302\n0000:05:00.0 0x0680\n"
+    f = facts_of(SMI_OK, PROC_OPEN, PKGS, pci=pci)
+    assert f.nvidia_pci_gpus == 2 and f.nvidia_pci_switches == 1 and f.nvswitch
+
+
+def test_the_script_runs_on_a_real_machine_without_nvidia():
+    f = gather(LocalConnection("controller"))
+    assert f.os_family and f.arch and f.kernel
+    assert f.nvidia_smi in ("absent", "ok", "error")
+
+
+def test_the_script_is_read_only_shell():
+    for word in ("rm ", "apt-get", "modprobe", "systemctl ", "> /"):
+        assert word not in FACTS_SCRIPT
