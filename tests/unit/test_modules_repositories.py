@@ -279,3 +279,87 @@ def test_dnf_repo_mode_drift_is_a_difference() -> None:
     a = m.validate({"name": "r", "baseurl": "https://m/r/", "gpgkey": "https://m/k"})
     read = stat_block(True, sha(m.content(a).encode()), mode="600")
     assert m.observe(a, CommandResult("", 0, read, "")).differences == {"mode": ("600", "644")}
+
+
+APT_TOOLS = ("gpg", "dpkg-deb", "dpkg-scanpackages", "apt-get")
+
+
+@pytest.mark.skipif(
+    any(shutil.which(t) is None for t in APT_TOOLS), reason="needs gpg, dpkg-dev and apt"
+)
+def test_apt_verifies_a_signed_repo_with_the_rendered_source_and_dearmored_key(
+    tmp_path: Path,
+) -> None:
+    """The module's deb822 file, keyring bytes and per-source update command, run by real apt."""
+    gnupg, repo, etc = tmp_path / "gnupg", tmp_path / "repo", tmp_path / "etc"
+    for d in (gnupg, repo, etc / "sources.list.d", tmp_path / "lists" / "partial"):
+        d.mkdir(parents=True)
+    gnupg.chmod(0o700)
+    env = {**os.environ, "GNUPGHOME": str(gnupg)}
+
+    def sh(*cmd: str, cwd: Path | None = None) -> bytes:
+        return subprocess.run(cmd, env=env, cwd=cwd, check=True, capture_output=True).stdout
+
+    sh(
+        "gpg",
+        "--batch",
+        "--passphrase",
+        "",
+        "--quick-gen-key",
+        "lab <l@x>",
+        "ed25519",
+        "sign",
+        "never",
+    )
+    pkg = tmp_path / "pkg" / "DEBIAN"
+    pkg.mkdir(parents=True)
+    (pkg / "control").write_text(
+        "Package: gpumon-probe\nVersion: 1.0\nArchitecture: all\nMaintainer: l <l@x>\n"
+        "Description: probe\n"
+    )
+    sh("dpkg-deb", "-b", str(pkg.parent), str(repo / "gpumon-probe_1.0_all.deb"))
+    packages = sh("dpkg-scanpackages", ".", "/dev/null", cwd=repo)
+    (repo / "Packages").write_bytes(packages)
+    (repo / "Release").write_text(
+        f"Origin: lab\nSuite: ./\nSHA256:\n {sha(packages)} {len(packages)} Packages\n"
+    )
+    sh("gpg", "--batch", "--clearsign", "-o", str(repo / "InRelease"), str(repo / "Release"))
+    armored = sh("gpg", "--armor", "--export").decode()
+
+    m = AptRepository()
+    a = m.validate(
+        {"name": "gpumon-probe", "uris": f"file://{repo}/", "suites": "./", "key": armored}
+    )
+    keyring = tmp_path / "probe.gpg"
+    keyring.write_bytes(dearmor(armored.encode()))
+    source = m.source_content(a).replace(m.keyring_path(a), str(keyring))
+    (etc / m.source_path(a).removeprefix("/etc/apt/")).write_text(source)
+    sandbox = (
+        f"apt-get -q -o Dir::Etc={etc} -o Dir::State::Lists={tmp_path}/lists "
+        f"-o Dir::Cache={tmp_path}/cache"
+    )
+    update = m.update_command(a).replace("apt-get -q", sandbox)
+    ok = subprocess.run(["sh", "-c", update], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert any("_Packages" in p.name for p in (tmp_path / "lists").iterdir()), ok.stdout
+
+    # The same source with some other key must be refused by apt.
+    other = tmp_path / "other"
+    other.mkdir(mode=0o700)
+    env["GNUPGHOME"] = str(other)
+    sh(
+        "gpg",
+        "--batch",
+        "--passphrase",
+        "",
+        "--quick-gen-key",
+        "x <x@x>",
+        "ed25519",
+        "sign",
+        "never",
+    )
+    keyring.write_bytes(sh("gpg", "--export"))
+    for p in (tmp_path / "lists").glob("*_*"):
+        p.unlink()
+    bad = subprocess.run(["sh", "-c", update], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "NO_PUBKEY" in bad.stderr
