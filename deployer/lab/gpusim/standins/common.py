@@ -384,7 +384,13 @@ DCGM_PORT = 5555
 
 def request(host: str, port: int, req: dict, timeout: float = 5.0) -> dict:
     """One request to a running host engine (used by dcgmi and dcgm-exporter)."""
-    with socket.create_connection((host, port), timeout=timeout) as s:
+    try:
+        conn = socket.create_connection((host, port), timeout=timeout)
+    except socket.gaierror:
+        if host != "localhost":
+            raise
+        conn = socket.create_connection(("127.0.0.1", port), timeout=timeout)  # no /etc/hosts
+    with conn as s:
         s.sendall(json.dumps(req).encode() + b"\n")
         buf = b""
         while not buf.endswith(b"\n"):
