@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import deployer
-from deployer.lab import procs
+from deployer.lab import cgroups, procs
 from deployer.lab.topology import LabHost, Topology
 
 SUPERVISOR_PID = "supervisor.pid"
@@ -159,7 +159,7 @@ def write_identity(
 
 
 def nspawn_command(
-    files: HostFiles, host: LabHost, topology: Topology, extra: list[str]
+    files: HostFiles, machine: str, topology: Topology, extra: list[str]
 ) -> list[str]:
     return [
         "systemd-nspawn",
@@ -170,21 +170,35 @@ def nspawn_command(
         "--keep-unit",
         f"--network-bridge={topology.bridge}",
         "-M",
-        host.name,
+        machine,
         "--link-journal=no",
         "--console=read-only",
         *extra,
     ]
 
 
+def cgroup_of(files: HostFiles) -> str:
+    """The host's own cgroup: ``gpumon-lab/<lab>/<host>`` (from ``<state>/<lab>/hosts/<host>``)."""
+    return cgroups.host_cgroup(files.dir.parent.parent.name, files.dir.name)
+
+
 def start_supervisor(files: HostFiles, argv: list[str]) -> procs.Tracked:
     """Start the detached supervisor of one host and record its PID."""
+    cgroups.remove(cgroup_of(files))  # what a killed earlier run of this host left
     env = dict(os.environ)
     repo = str(Path(deployer.__file__).resolve().parents[1])
     env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     with open(files.dir / "supervisor.log", "ab") as log:
         child = subprocess.Popen(
-            [sys.executable, "-m", "deployer.lab.supervisor", str(files.dir), "--", *argv],
+            [
+                sys.executable,
+                "-m",
+                "deployer.lab.supervisor",
+                str(files.dir),
+                cgroup_of(files),
+                "--",
+                *argv,
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -247,11 +261,15 @@ def finish_stop(files: HostFiles, tree: list[procs.Tracked], timeout: float) -> 
 
 
 def remove(files: HostFiles) -> None:
-    """Unmount the host's overlay and delete its directory (its processes must be gone)."""
+    """Unmount the host's overlay and delete its directory and cgroup (its processes must be
+    gone)."""
     unmount_below(files.dir)
+    cgroups.remove(cgroup_of(files))
     propagate = Path("/run/systemd/nspawn/propagate") / files.dir.name
     if propagate.exists():
         unmount_below(propagate)
         shutil.rmtree(propagate, ignore_errors=True)
+    if is_mounted(files.merged):
+        raise HostError(f"{files.merged} is still mounted; not deleting {files.dir}")
     if files.dir.exists():
         shutil.rmtree(files.dir)

@@ -76,6 +76,10 @@ class Lab:
     def hosts_dir(self) -> Path:
         return self.dir / "hosts"
 
+    def machine(self, host: str) -> str:
+        """The systemd-nspawn machine name of ``host`` (names its veth ``vb-<machine>``)."""
+        return network.machine_name(self.name, host)
+
     def host_files(self, host: str) -> hostmod.HostFiles:
         return hostmod.HostFiles(self.hosts_dir / host)
 
@@ -162,9 +166,21 @@ class Lab:
                 apt_key,
             )
             extra = self._gpu_prepare(h, files)
-            hostmod.start_supervisor(files, hostmod.nspawn_command(files, h, topology, extra))
+            hostmod.start_supervisor(
+                files, hostmod.nspawn_command(files, self.machine(h.name), topology, extra)
+            )
             return h.name, pub
 
+        machines = [self.machine(h.name) for h in topology.hosts]
+        if len(set(machines)) != len(machines):
+            raise LabError(f"host names of lab {self.name!r} shorten to the same machine name")
+        for h in to_start:
+            veth = network.host_veth(self.machine(h.name))
+            if network.link_exists(veth):
+                raise LabError(
+                    f"{veth} already exists: another lab runs a host as machine "
+                    f"{self.machine(h.name)}; take that lab down first"
+                )
         if to_start:
             self._echo(f"starting {', '.join(h.name for h in to_start)}")
         with ThreadPoolExecutor(max_workers=max(1, len(to_start))) as pool:
@@ -191,11 +207,6 @@ class Lab:
             tree = hostmod.request_stop(files)
             hostmod.finish_stop(files, tree, hostmod.GRACEFUL_STOP_S)
             hostmod.remove(files)
-            if network.link_exists(network.host_veth(name)) and name in wanted:
-                raise LabError(
-                    f"a link {network.host_veth(name)} already exists: another lab "
-                    f"runs a host named {name}; take it down first"
-                )
 
     def _host_dirs(self) -> list[hostmod.HostFiles]:
         if not self.hosts_dir.is_dir():
@@ -351,7 +362,7 @@ class Lab:
                 "address": h.address,
                 "groups": list(h.groups),
                 "running": hostmod.running(files),
-                "link_up": network.link_is_up(h.name),
+                "link_up": network.link_is_up(self.machine(h.name)),
                 "boots": int(boots.read_text()) if boots.is_file() else 0,
                 "faults": self.faults(h.name),
                 **({"gpus": f"{h.gpu_count}x{h.gpu_model} (simulated)"} if h.is_gpu else {}),
@@ -386,12 +397,10 @@ class Lab:
         if kind == "host-down":
             hostmod.power_off(files)
         elif kind == "partition":
-            if not network.set_link(host, up=False):
+            if not network.set_link(self.machine(host), up=False):
                 raise LabError(f"{host} has no link to cut (is it running?)")
         elif kind == "exporter-down":
-            proc = self.ssh(host, "systemctl stop dcgm-exporter")
-            if proc.returncode != 0:
-                raise LabError(f"{host}: stopping dcgm-exporter failed: {proc.stderr.strip()}")
+            params["units"] = self._stop_exporters(host)
         elif sim is not None and kind in sim.FAULT_KINDS:
             if not h.is_gpu:
                 raise InputError(f"{kind} needs a GPU host; {host} has no GPUs", key=kind)
@@ -409,27 +418,50 @@ class Lab:
         topo = self._require_topology()
         h = topo.host(host)
         files = self.host_files(host)
-        kinds = {f["kind"] for f in self.faults(host)}
         if not hostmod.running(files):
             base = ensure_base()
             hostmod.mount_overlay(files, base)
             extra = self._gpu_prepare_args(h, files)
-            hostmod.start_supervisor(files, hostmod.nspawn_command(files, h, topo, extra))
+            hostmod.start_supervisor(
+                files, hostmod.nspawn_command(files, self.machine(host), topo, extra)
+            )
         sim = gpusim_module()
         if h.is_gpu and sim is not None:
             sim.heal(files.merged)
         self._reconnect(host)
         self.wait_ready([host], timeout=ready_timeout)
-        if "exporter-down" in kinds:
-            proc = self.ssh(host, "systemctl start dcgm-exporter")
+        stopped = [
+            u
+            for f in self.faults(host)
+            if f["kind"] == "exporter-down"
+            for u in f["params"].get("units", [])
+        ]
+        if stopped:
+            proc = self.ssh(host, "systemctl start " + " ".join(stopped))
             if proc.returncode != 0:
-                raise LabError(f"{host}: starting dcgm-exporter failed: {proc.stderr.strip()}")
+                raise LabError(f"{host}: starting {' '.join(stopped)} failed: {proc.stderr}")
         (files.dir / "faults.json").unlink(missing_ok=True)
         self._echo(f"{host}: healed")
 
+    def _stop_exporters(self, host: str) -> list[str]:
+        """Stop every running dcgm-exporter unit (``dcgm-exporter.service`` as the product
+        installs it, ``nvidia-dcgm-exporter.service`` from the CUDA repository's package)."""
+        proc = self.ssh(
+            host,
+            "systemctl list-units --type=service --state=active --plain --no-legend "
+            "'*dcgm-exporter*' | awk '{print $1}'",
+        )
+        units = proc.stdout.split()
+        if proc.returncode != 0 or not units:
+            raise LabError(f"{host}: no running dcgm-exporter service to stop {proc.stderr}")
+        stop = self.ssh(host, "systemctl stop " + " ".join(units))
+        if stop.returncode != 0:
+            raise LabError(f"{host}: stopping {' '.join(units)} failed: {stop.stderr.strip()}")
+        return units
+
     def _reconnect(self, host: str) -> None:
         for _ in range(50):
-            if network.set_link(host, up=True):
+            if network.set_link(self.machine(host), up=True):
                 return
             time.sleep(0.2)  # a just-started host's veth appears within a moment
 

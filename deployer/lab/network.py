@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import zlib
 
 from deployer.lab.topology import Topology
 
@@ -45,22 +46,32 @@ def delete_bridge(name: str) -> None:
         _ip("link", "delete", "dev", name, "type", "bridge")
 
 
-def host_veth(host: str) -> str:
-    """Machine-side name systemd-nspawn gives a host's veth with --network-bridge."""
-    return f"vb-{host}"[:15]
+def machine_name(lab: str, host: str) -> str:
+    """The systemd-nspawn machine name of a host: the host name in the ``default`` lab; in any
+    other lab the host name shortened and tagged with the lab, so that two labs with the same
+    host names can run at once (nspawn names each veth ``vb-<machine>``, 15 characters at most).
+    The hostname inside is always the host name (from its /etc/hostname)."""
+    if lab == "default":
+        return host
+    return f"{host[:7]}-{zlib.crc32(lab.encode()) & 0xFFFF:04x}"
 
 
-def set_link(host: str, up: bool) -> bool:
-    """Bring the host's machine-side veth up or down; False when the host has no link."""
-    veth = host_veth(host)
+def host_veth(machine: str) -> str:
+    """Machine-side name systemd-nspawn gives a machine's veth with --network-bridge."""
+    return f"vb-{machine}"[:15]
+
+
+def set_link(machine: str, up: bool) -> bool:
+    """Bring the machine-side veth up or down; False when the machine has no link."""
+    veth = host_veth(machine)
     if not link_exists(veth):
         return False
     _ip("link", "set", "dev", veth, "up" if up else "down")
     return True
 
 
-def link_is_up(host: str) -> bool | None:
-    proc = _ip("-j", "link", "show", "dev", host_veth(host), check=False)
+def link_is_up(machine: str) -> bool | None:
+    proc = _ip("-j", "link", "show", "dev", host_veth(machine), check=False)
     if proc.returncode != 0:
         return None
     info = json.loads(proc.stdout)[0]

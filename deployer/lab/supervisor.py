@@ -1,7 +1,8 @@
 """The small detached process that keeps one lab host running: it runs systemd-nspawn and starts
 it again whenever it exits with status 133 (the container asked for a reboot).
 
-Run as ``python -m deployer.lab.supervisor HOST_DIR -- systemd-nspawn ARGS...``.  It records the
+Run as ``python -m deployer.lab.supervisor HOST_DIR CGROUP -- systemd-nspawn ARGS...``; it first
+moves itself into its own cgroup ``CGROUP`` (see ``deployer.lab.cgroups``).  It records the
 current nspawn PID in ``HOST_DIR/nspawn.pid`` and its boots in ``HOST_DIR/boots``.  SIGTERM is
 passed on to nspawn (which powers the container off) and then the supervisor exits.
 """
@@ -14,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from deployer.lab import procs
+from deployer.lab import cgroups, procs
 
 REBOOT_STATUS = 133
 MAX_BOOTS = 500
@@ -23,7 +24,8 @@ QUICK_EXIT_S = 3.0
 MAX_QUICK_EXITS = 5
 
 
-def supervise(host_dir: Path, argv: list[str]) -> int:
+def supervise(host_dir: Path, cgroup: str, argv: list[str]) -> int:
+    cgroups.enter(cgroup)
     stopping = False
     child: subprocess.Popen[bytes] | None = None
 
@@ -66,10 +68,13 @@ def supervise(host_dir: Path, argv: list[str]) -> int:
 
 def main() -> int:
     args = sys.argv[1:]
-    if len(args) < 3 or args[1] != "--":
-        print("usage: python -m deployer.lab.supervisor HOST_DIR -- COMMAND...", file=sys.stderr)
+    if len(args) < 4 or args[2] != "--":
+        print(
+            "usage: python -m deployer.lab.supervisor HOST_DIR CGROUP -- COMMAND...",
+            file=sys.stderr,
+        )
         return 2
-    return supervise(Path(args[0]), args[2:])
+    return supervise(Path(args[0]), args[1], args[3:])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,38 @@
+"""Shared pytest fixtures: the lab, brought up once per test session.
+
+The ``lab`` fixture brings the default lab up (or reuses one already running: ``lab up`` is
+idempotent), yields the ``deployer.lab.Lab``, and takes it down at the end of the session unless
+``GPUMON_LAB_KEEP=1``.  Tests that use it are marked ``@pytest.mark.lab``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from deployer.lab import Lab
+
+
+def lab_unavailable_reason() -> str | None:
+    """Why the lab cannot run on this machine, or None when it can."""
+    if os.geteuid() != 0:
+        return "the lab needs root (systemd-nspawn, a bridge, overlay mounts)"
+    for tool in ("systemd-nspawn", "debootstrap", "dpkg-scanpackages", "gpg", "ip", "ssh"):
+        if shutil.which(tool) is None:
+            return f"the lab needs {tool} (run scripts/setup)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[Lab]:
+    reason = lab_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    the_lab = Lab("default")
+    the_lab.up()
+    yield the_lab
+    if os.environ.get("GPUMON_LAB_KEEP") != "1":
+        the_lab.down()
