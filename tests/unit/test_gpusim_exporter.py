@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -208,8 +209,16 @@ def test_no_hostname_flag_drops_the_label(tmp_path: Path, debs) -> None:
 
 def test_remote_mode_refuses_to_start_without_a_host_engine(tmp_path: Path, debs) -> None:
     root = host(tmp_path, debs)
-    res = run(root, ["/usr/bin/dcgm-exporter", "-a", f"127.0.0.1:{free_port()}", "-r", f"localhost:{free_port()}"],
-              timeout=20)  # fmt: skip
+    argv = [
+        "/usr/bin/dcgm-exporter",
+        "-a",
+        f"127.0.0.1:{free_port()}",
+        "-r",
+        f"localhost:{free_port()}",
+    ]
+    started = time.monotonic()
+    res = run(root, argv, timeout=20, env={"GPUSIM_HOSTENGINE_WAIT_S": "1"})
+    assert time.monotonic() - started < 10
     assert res.returncode == 1
     assert "Error connecting to nv-hostengine" in res.stderr
 
@@ -222,6 +231,22 @@ def test_remote_mode_serves_through_a_running_host_engine(tmp_path: Path, debs) 
     )
     with he, exporter(root, port, "-r", f"127.0.0.1:{he_port}"):
         assert len(samples(scrape(port), "DCGM_FI_DEV_GPU_TEMP")) == 8
+
+
+def test_remote_mode_waits_briefly_for_a_host_engine_that_is_starting(tmp_path: Path, debs) -> None:
+    root = host(tmp_path, debs)
+    he_port, port = free_port(), free_port()
+    he = Daemon(
+        root, ["/usr/bin/nv-hostengine", "-n", "-p", str(he_port), "--pid", "/run/he.pid"], he_port
+    )
+    late_start = threading.Timer(1.0, he.__enter__)
+    late_start.start()
+    try:
+        with exporter(root, port, "-r", f"127.0.0.1:{he_port}"):
+            assert len(samples(scrape(port), "DCGM_FI_DEV_GPU_TEMP")) == 8
+    finally:
+        late_start.join()
+        he.__exit__(None, None, None)
 
 
 def test_an_unknown_field_in_the_csv_stops_the_exporter(tmp_path: Path, debs) -> None:

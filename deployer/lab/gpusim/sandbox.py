@@ -33,10 +33,12 @@ def env_for(root: Path) -> dict[str, str]:
     return {**os.environ, "GPUSIM_ROOT": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def run(root: Path, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+def run(root: Path, argv: list[str], timeout: float = 60, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess:  # fmt: skip
     """Run an installed stand-in (``argv[0]`` is its path on the host, e.g. /usr/bin/nvidia-smi)."""
     exe = root / argv[0].lstrip("/")
-    return subprocess.run([str(exe), *argv[1:]], capture_output=True, text=True, env=env_for(root),
+    return subprocess.run([str(exe), *argv[1:]], capture_output=True, text=True,
+                          env={**env_for(root), **(env or {})},
                           timeout=timeout, check=False)  # fmt: skip
 
 

@@ -387,9 +387,18 @@ def main(argv: list) -> int:
     if o["remote"]:
         host, port = c.parse_hostport(o["remote"])
         o["remote"] = (host, port)
-        try:
-            hello = c.request(host, port, {"op": "hello"}, timeout=5)
-        except (OSError, ValueError) as e:
+        hello, e = None, None
+        # a short grace for a host engine that is still starting (both units start together)
+        deadline = time.monotonic() + float(os.environ.get("GPUSIM_HOSTENGINE_WAIT_S", "5"))
+        while hello is None:
+            try:
+                hello = c.request(host, port, {"op": "hello"}, timeout=5)
+            except (OSError, ValueError) as err:
+                e = err
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.25)
+        if hello is None:
             log(f'level=fatal msg="Error connecting to nv-hostengine at {host}:{port}: {e}. '
                 f'Host engine connection invalid/disconnected"')  # fmt: skip
             return 1
