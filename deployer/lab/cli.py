@@ -150,3 +150,113 @@ def inventory(name: str) -> None:
     if not the_lab.inventory_path.is_file():
         _fail(LabError(f"lab {name!r} has no inventory (run `gpumon-deploy lab up`)"))
     click.echo(str(the_lab.inventory_path))
+
+
+def _topology_for(name: str, topology_file: Path | None, gpu_nodes: int | None):
+    if topology_file is None:
+        return default_topology(name, gpu_nodes)
+    return load_topology(topology_file, gpu_nodes=gpu_nodes)
+
+
+_topology_option = click.option(
+    "--topology",
+    "topology_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Topology YAML (default: the packaged default topology).",
+)
+_gpu_nodes_option = click.option("--gpu-nodes", type=click.IntRange(min=0), default=None)
+
+
+@lab.command("mirror")
+@click.option("--address", default=None, help="Address to serve on (default: the bridge's .1).")
+@click.option("--port", type=click.IntRange(1024, 65535), default=None)
+@click.option("--stop", is_flag=True, help="Stop the mirror this command started.")
+@_topology_option
+@_name_option
+def mirror_cmd(
+    address: str | None, port: int | None, stop: bool, topology_file: Path | None, name: str
+) -> None:
+    """Build the offline mirror and serve it (detached) without lab hosts, e.g. for Vagrant VMs
+    on their private network; --stop ends it."""
+    from deployer.lab import mirror as mirror_mod
+
+    the_lab = Lab(name)
+    pid_file = the_lab.dir / "standalone-mirror.pid"
+    if stop:
+        mirror_mod.stop_serving(pid_file)
+        return
+    try:
+        topo = _topology_for(name, topology_file, None)
+        the_lab.dir.mkdir(parents=True, exist_ok=True)
+        mirror_mod.ensure_mirror(the_lab.dir / "mirror-build.log")
+        addr, prt = address or topo.gateway, port or topo.mirror_port
+        mirror_mod.serve(addr, prt, pid_file, the_lab.dir / "standalone-mirror.log")
+    except (InputError, OSError, RuntimeError) as exc:
+        _fail(exc)
+        return
+    click.echo(f"http://{addr}:{prt}")
+
+
+@lab.command("vagrant-prepare")
+@_topology_option
+@_gpu_nodes_option
+@_name_option
+def vagrant_prepare(topology_file: Path | None, gpu_nodes: int | None, name: str) -> None:
+    """Build the mirror and write each GPU VM's simulated hardware for the Vagrantfile."""
+    from deployer.lab import mirror as mirror_mod
+    from deployer.lab.paths import state_root
+    from deployer.lab.vagrant import prepare_hardware
+
+    try:
+        topo = _topology_for("default", topology_file, gpu_nodes)
+        mirror_mod.ensure_mirror()
+        written = prepare_hardware(topo, state_root() / "vagrant" / "hardware")
+    except (InputError, OSError, RuntimeError) as exc:
+        _fail(exc)
+        return
+    for path in written:
+        click.echo(str(path))
+
+
+@lab.command("vagrant-inventory")
+@click.option(
+    "--vagrant-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Directory of the Vagrantfile.",
+)
+@click.option(
+    "--ssh-config",
+    "ssh_config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Read this `vagrant ssh-config` output instead of running vagrant.",
+)
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@_topology_option
+@_gpu_nodes_option
+def vagrant_inventory_cmd(
+    vagrant_dir: Path,
+    ssh_config_file: Path | None,
+    output: Path | None,
+    topology_file: Path | None,
+    gpu_nodes: int | None,
+) -> None:
+    """Write the inventory of the Vagrant VMs from `vagrant ssh-config`; print its path."""
+    from deployer.lab.paths import state_root
+    from deployer.lab.vagrant import run_ssh_config, write_vagrant_inventory
+
+    try:
+        topo = _topology_for("default", topology_file, gpu_nodes)
+        if ssh_config_file is not None:
+            text, source = ssh_config_file.read_text(), str(ssh_config_file)
+        else:
+            text, source = run_ssh_config(vagrant_dir), "vagrant ssh-config"
+        out = output or state_root() / "vagrant" / "inventory.yml"
+        path = write_vagrant_inventory(topo, text, out, Lab("default").mirror_vars(topo), source)
+    except (InputError, OSError, RuntimeError) as exc:
+        _fail(exc)
+        return
+    click.echo(str(path))

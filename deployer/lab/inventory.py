@@ -56,17 +56,17 @@ def inventory_data(
     return {"all": {"vars": all_vars, "hosts": hosts, "children": children}}
 
 
-def render_inventory(data: dict[str, Any]) -> str:
-    header = (
-        "# Written by `gpumon-deploy lab`; rewritten on every `lab up`.\n"
-        "# GPU hosts in this lab are SIMULATED (deployer.lab.gpusim): no real GPU.\n"
-    )
-    return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+LAB_HEADER = "# Written by `gpumon-deploy lab up`; rewritten on every `lab up`.\n"
+SIMULATED_NOTE = "# GPU hosts in this lab are SIMULATED (deployer.lab.gpusim): no real GPU.\n"
 
 
-def write_inventory(path: Path, data: dict[str, Any]) -> None:
+def render_inventory(data: dict[str, Any], header: str = LAB_HEADER) -> str:
+    return header + SIMULATED_NOTE + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def write_inventory(path: Path, data: dict[str, Any], header: str = LAB_HEADER) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(render_inventory(data))
+    tmp.write_text(render_inventory(data, header))
     tmp.replace(path)
 
 
