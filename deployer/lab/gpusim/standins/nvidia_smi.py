@@ -319,6 +319,8 @@ def _parse(argv: list) -> dict:
             opts["mode"], opts["fields"] = "query-apps", take()
         elif a in ("--format",):
             opts["format"] = take()
+        elif a in ("-d", "--display"):
+            take()  # -q sections: the simulated -q always prints its one short report
         elif a in ("-pm", "--persistence-mode"):
             opts["mode"], opts["pm"] = "pm", take()
         else:
