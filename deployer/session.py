@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deployer import gpu_plan, preflight
 from deployer import inventory as inv
-from deployer import preflight
 from deployer.connection import ConnectionPool, SSHConnection, SSHTarget
 from deployer.errors import HostUnreachable, InputError, PlanRefused
 from deployer.executor import DEFAULT_FORKS, Executor
@@ -117,11 +117,16 @@ class DeploySession:
                 if h in selected:
                     per_host[h].append(play)
         self.plans = []
+        gpu = set(preflight.gpu_hosts(self.inventory, self.hosts))
         for h in self.hosts:
             if not per_host[h]:
                 continue
-            host_facts = (facts or {}).get(h) or validation_facts(h)
-            planner.extra_context = {"facts": host_facts.to_json()}
+            found = (facts or {}).get(h)
+            context: dict[str, Any] = {"facts": (found or validation_facts(h)).to_json()}
+            if h in gpu:
+                # The GPU roles read the resolved compatibility plan (deployer/gpu_plan.py).
+                context["gpu_plan"] = gpu_plan.template_plan(h, self.host_variables(h), found)
+            planner.extra_context = context
             self.plans.append(planner.plan_host(h, per_host[h]))
 
     def _open(self, host: str) -> SSHConnection:

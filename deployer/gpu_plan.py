@@ -1,0 +1,154 @@
+"""The ``gpu_plan`` template variable: a GPU host's resolved compatibility plan, as roles read it.
+
+Owns the translation from ``compat.ResolvedPlan`` (plus the host's facts) to the plain mapping the
+GPU roles (``nvidia_driver``, ``dcgm``, ``dcgm_exporter``) use, so that every computed value lives
+here in Python and the role files stay short: package names grouped by component with the exact
+Debian version apt wants, the NVIDIA CUDA repository's distro and architecture names, and whether
+the value is a stand-in.
+
+Public API
+----------
+``template_plan(host, variables, facts=None) -> dict``
+    With facts (the run that converges): the host's plan resolved against the matrix, the GPU
+    names from facts deciding the model when nvidia-smi saw GPUs. A refused plan raises
+    ``PlanRefused`` and malformed inventory values ``InputError`` (the preflight reports both
+    first, so a converge never gets here with either).
+    Without facts (validating templates before any connection): malformed values still raise
+    ``InputError``, but a plan the matrix refuses, or one that needs facts to name the GPU model,
+    gives a *stand-in* (``stand_in: true``) resolved from the model's defaults, only so that
+    templates can be checked for undefined names; the preflight then refuses the real plan.
+``repo_names(facts) -> (distro, arch)``
+    NVIDIA's CUDA repository path names for a host (``debian12``/``ubuntu2204``/``rhel9``,
+    ``x86_64``/``sbsa``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from deployer import compat, dcgm_fields
+from deployer.errors import InputError, PlanRefused
+from deployer.facts import HostFacts
+
+# Model used for a stand-in when neither the inventory nor facts name one (validation only).
+_STAND_IN_MODEL = "H100"
+_RHEL_LIKE = ("rhel", "centos", "rocky", "almalinux", "ol")
+# NVIDIA's repository architecture names: arm64 servers are "sbsa" (nvidia-driver.md §4).
+_REPO_ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "sbsa", "arm64": "sbsa"}
+
+
+def repo_names(facts: Mapping[str, Any]) -> tuple[str, str]:
+    """(distro, arch) path components of NVIDIA's CUDA repository for a host (nvidia-driver.md §4:
+    ``<distro>`` like ``ubuntu2204``, ``debian12``, ``rhel9``; ``<arch>`` ``x86_64`` or ``sbsa``)."""
+    os_id = str(facts.get("os_id") or "")
+    version = str(facts.get("os_version") or "")
+    if os_id == "ubuntu":
+        distro = "ubuntu" + version.replace(".", "")
+    elif os_id == "debian" or facts.get("os_family") == "debian":
+        distro = "debian" + version.split(".")[0]
+    elif os_id in _RHEL_LIKE or facts.get("os_family") == "redhat":
+        distro = "rhel" + version.split(".")[0]
+    else:
+        distro = os_id + version.split(".")[0]
+    arch = str(facts.get("arch") or "")
+    return distro, _REPO_ARCH.get(arch, arch)
+
+
+def _view(
+    resolved: compat.ResolvedPlan,
+    variables: Mapping[str, Any],
+    facts: Mapping[str, Any],
+    stand_in: bool,
+) -> dict[str, Any]:
+    out = dataclasses.asdict(resolved)
+    out["install"] = [{**dataclasses.asdict(p), "apt": p.apt} for p in resolved.install]
+    for key, value in list(out.items()):
+        if isinstance(value, tuple):
+            out[key] = list(value)
+
+    def component(name: str) -> dict[str, Any]:
+        pins = [p for p in resolved.packages(name) if p.deb_version]
+        versions = {p.deb_version for p in pins}
+        if len(versions) > 1:  # the matrix gives one version per component
+            raise ValueError(f"{name} packages at several versions: {sorted(versions)}")
+        return {
+            "names": [p.name for p in pins],
+            "deb_version": versions.pop() if versions else None,
+            "version": pins[0].version if pins else None,
+        }
+
+    out["driver"] = component("driver")
+    out["fabricmanager"] = component("fabricmanager")
+    fm = out["fabricmanager"]["deb_version"]
+    if fm is not None and fm != out["driver"]["deb_version"]:
+        # one apt transaction installs both at one version (nvidia-driver.md §10)
+        raise ValueError(
+            f"Fabric Manager {fm} differs from the driver {out['driver']['deb_version']}"
+        )
+    out["dcgm"] = component("dcgm")
+    out["exporter"] = component("exporter")
+    distro, arch = repo_names(facts)
+    out["repo_distro"] = distro
+    out["repo_arch"] = arch
+    out["stand_in"] = stand_in
+    out["exporter_csv"] = dcgm_fields.csv_from_vars(variables)
+    return out
+
+
+def _resolve(host: str, variables: Mapping[str, Any], names: list[str] | None):
+    plan = compat.plan_from_vars(host, variables, gpu_names=names)
+    return compat.resolve(plan)
+
+
+_CHOICES = {
+    "nvidia_driver_reboot": ("never", "if_required"),
+    "nvidia_driver_reboot_force": (True, False),
+}
+
+
+def check_role_vars(host: str, variables: Mapping[str, Any]) -> None:
+    """The GPU roles' own choice variables, refused with the key named when out of range."""
+    for key, allowed in _CHOICES.items():
+        if key in variables and variables[key] not in allowed:
+            raise InputError(
+                f"host {host}: {variables[key]!r} is not one of "
+                + ", ".join(str(a).lower() if isinstance(a, bool) else a for a in allowed),
+                key=key,
+            )
+
+
+def template_plan(
+    host: str, variables: Mapping[str, Any], facts: HostFacts | None = None
+) -> dict[str, Any]:
+    """The ``gpu_plan`` mapping of one GPU host (see the module docstring)."""
+    check_role_vars(host, variables)
+    if facts is not None:
+        names = [g.name for g in facts.gpus] or None
+        return _view(_resolve(host, variables, names), variables, facts.to_json(), stand_in=False)
+    stand_in_facts = {
+        "os_id": "debian",
+        "os_family": "debian",
+        "os_version": "12",
+        "arch": "x86_64",
+    }
+    try:
+        return _view(_resolve(host, variables, None), variables, stand_in_facts, stand_in=False)
+    except PlanRefused:
+        pass
+    except InputError as exc:
+        # Only a missing model may wait for facts; every malformed value is refused now.
+        if exc.key != "gpu_model" or variables.get("gpu_model") not in (None, ""):
+            raise
+    model = variables.get("gpu_model") or _STAND_IN_MODEL
+    fallback = {
+        "gpu_model": model,
+        "gpu_count": variables.get("gpu_count") or 1,
+        "nvswitch": variables.get("nvswitch", False),
+    }
+    try:
+        resolved = _resolve(host, fallback, None)
+    except (PlanRefused, InputError):
+        resolved = _resolve(host, {**fallback, "gpu_model": _STAND_IN_MODEL}, None)
+    return _view(resolved, variables, stand_in_facts, stand_in=True)
