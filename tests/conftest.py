@@ -1,6 +1,6 @@
 """Shared pytest fixtures: the lab, brought up once per test session.
 
-The ``lab`` fixture brings the default lab up (or reuses one already running: ``lab up`` is
+The ``lab`` fixture brings the default lab (or the lab named by ``GPUMON_LAB_NAME``) up (or reuses one already running: ``lab up`` is
 idempotent), yields the ``deployer.lab.Lab``, and takes it down at the end of the session unless
 ``GPUMON_LAB_KEEP=1``.  Tests that use it are marked ``@pytest.mark.lab``.
 """
@@ -31,7 +31,7 @@ def lab() -> Iterator[Lab]:
     reason = lab_unavailable_reason()
     if reason:
         pytest.skip(reason)
-    the_lab = Lab("default")
+    the_lab = Lab(os.environ.get("GPUMON_LAB_NAME") or "default")
     the_lab.up()
     yield the_lab
     if os.environ.get("GPUMON_LAB_KEEP") != "1":

@@ -35,6 +35,9 @@ READY_POLL_S = 1.0
 SSH_CONNECT_TIMEOUT_S = 3
 LAB_FAULTS = ("host-down", "partition", "exporter-down")
 READY_STATES = ("running", "degraded")
+# Every host's systemd takes inotify instances of the machine's root user; Linux's default of
+# 128 instances runs out at about 3 labs' worth of hosts ("Too many open files" at boot).
+INOTIFY_MINIMUMS = {"max_user_instances": 8192, "max_user_watches": 524288}
 
 Echo = Callable[[str], None]
 
@@ -143,6 +146,7 @@ class Lab:
             timings["base"] = time.monotonic() - started
             mirror_job.result()
             timings["mirror"] = time.monotonic() - started
+        raise_inotify_limits()
         network.ensure_bridge(topology)
         mirror.serve(
             topology.gateway, topology.mirror_port, self.dir / "mirror.pid", self.dir / "mirror.log"
@@ -523,6 +527,17 @@ def gpusim_module() -> Any:
         "heal",
     )
     return gpusim if all(hasattr(gpusim, n) for n in needed) else None
+
+
+def raise_inotify_limits() -> None:
+    """Raise (never lower) the machine's inotify limits to ``INOTIFY_MINIMUMS``."""
+    for name, minimum in INOTIFY_MINIMUMS.items():
+        path = Path("/proc/sys/fs/inotify") / name
+        try:
+            if int(path.read_text()) < minimum:
+                path.write_text(f"{minimum}\n")
+        except (OSError, ValueError):
+            continue
 
 
 def ssh_command(address: str, key: Path, known_hosts: Path, connect_timeout: int) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 import zlib
@@ -24,8 +25,27 @@ def link_exists(name: str) -> bool:
     return _ip("link", "show", "dev", name, check=False).returncode == 0
 
 
+def subnet_users(topology: Topology) -> list[str]:
+    """Interfaces other than the lab's bridge with an address in the lab's subnet."""
+    everything = json.loads(_ip("-j", "addr", "show").stdout or "[]")
+    users = []
+    for iface in everything:
+        if iface.get("ifname") == topology.bridge:
+            continue
+        for a in iface.get("addr_info", []):
+            if a.get("family") == "inet" and ipaddress.IPv4Address(a["local"]) in topology.subnet:
+                users.append(f"{iface['ifname']} ({a['local']})")
+    return users
+
+
 def ensure_bridge(topology: Topology) -> None:
     """Create the bridge with the lab's gateway address, up; no forwarding, no NAT."""
+    taken = subnet_users(topology)
+    if taken:
+        raise NetworkError(
+            f"subnet {topology.subnet} is already used by {', '.join(taken)}; give this lab "
+            "another subnet (network.subnet in its topology) or take the other lab down"
+        )
     if not link_exists(topology.bridge):
         _ip("link", "add", "name", topology.bridge, "type", "bridge")
     want = f"{topology.gateway}/{topology.prefixlen}"
