@@ -246,6 +246,39 @@ def inventory(
     click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
 
 
+@cli.command()
+@inventory_options
+@output_option
+@input_errors_exit_2
+def targets(inventory: Path, limit: str | None, extra_vars: tuple[str, ...], output: str) -> None:
+    """Regenerate and push only the Prometheus file_sd targets files (no reload needed)."""
+    from deployer.targets import push_targets
+
+    report = push_targets(
+        inventory, limit=limit, extra_vars=list(extra_vars), json_output=output == "json"
+    )
+    sys.exit(report.exit_code)
+
+
+@cli.command()
+@click.option("-i", "--inventory", "inventory", required=True, type=click.Path(path_type=Path))
+@click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="KEY=VALUE|@FILE|JSON")
+@output_option
+@input_errors_exit_2
+def status(inventory: Path, extra_vars: tuple[str, ...], output: str) -> None:
+    """Check the running monitoring stack through its HTTP APIs; exit 1 naming what is wrong."""
+    from deployer import status as stack
+
+    checks = stack.collect(stack.load_expectation(inventory, list(extra_vars)), stack.http_fetch)
+    if output == "json":
+        click.echo(json.dumps(stack.to_json(checks), indent=2))
+    else:
+        click.echo(stack.table(checks))
+    for c in stack.failures(checks):
+        click.echo(f"FAILED {c.component} {c.host}: {c.check}: {c.detail}", err=True)
+    sys.exit(EXIT_FAILED if stack.failures(checks) else EXIT_OK)
+
+
 def _register_subcommands() -> None:
     from deployer.lab.cli import lab
 
