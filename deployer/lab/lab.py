@@ -37,6 +37,8 @@ LAB_FAULTS = ("host-down", "partition", "exporter-down")
 READY_STATES = ("running", "degraded")
 # Every host's systemd takes inotify instances of the machine's root user; Linux's default of
 # 128 instances runs out at about 3 labs' worth of hosts ("Too many open files" at boot).
+# `lab fault HOST KIND --value V`: the GPU fault parameter that V sets, where it is not "value".
+VALUE_PARAMS = {"xid": "xid", "ecc-dbe": "count", "upgrade-validation": "test", "gpu-jobs": "pid"}
 INOTIFY_MINIMUMS = {"max_user_instances": 8192, "max_user_watches": 524288}
 
 Echo = Callable[[str], None]
@@ -408,6 +410,8 @@ class Lab:
         elif sim is not None and kind in sim.FAULT_KINDS:
             if not h.is_gpu:
                 raise InputError(f"{kind} needs a GPU host; {host} has no GPUs", key=kind)
+            if "value" in params and kind in VALUE_PARAMS:
+                params[VALUE_PARAMS[kind]] = params.pop("value")
             sim.apply_fault(files.merged, kind, params)
         else:
             raise InputError(
