@@ -302,14 +302,14 @@ _CATALOGUE: tuple[Field, ...] = (
     Field(
         "DCGM_FI_PROF_NVLINK_TX_BYTES",
         "gauge",
-        "The rate of data transmitted over NVLink, in bytes per second.",
+        "The rate of data transmitted over NVLink (in bytes per second).",
         1011,
         _SOTHER,
     ),
     Field(
         "DCGM_FI_PROF_NVLINK_RX_BYTES",
         "gauge",
-        "The rate of data received over NVLink, in bytes per second.",
+        "The rate of data received over NVLink (in bytes per second).",
         1012,
         _SOTHER,
     ),

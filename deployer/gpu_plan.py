@@ -102,10 +102,9 @@ def _resolve(host: str, variables: Mapping[str, Any], names: list[str] | None):
     return compat.resolve(plan)
 
 
-_CHOICES = {
-    "nvidia_driver_reboot": ("never", "if_required"),
-    "nvidia_driver_reboot_force": (True, False),
-}
+_CHOICES = {"nvidia_driver_reboot": ("never", "if_required")}
+_BOOLEANS = ("nvidia_driver_reboot_force", "nvidia_persistenced_persistence_mode")
+_BOOL_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0")
 
 
 def check_role_vars(host: str, variables: Mapping[str, Any]) -> None:
@@ -113,10 +112,12 @@ def check_role_vars(host: str, variables: Mapping[str, Any]) -> None:
     for key, allowed in _CHOICES.items():
         if key in variables and variables[key] not in allowed:
             raise InputError(
-                f"host {host}: {variables[key]!r} is not one of "
-                + ", ".join(str(a).lower() if isinstance(a, bool) else a for a in allowed),
-                key=key,
+                f"host {host}: {variables[key]!r} is not one of {', '.join(allowed)}", key=key
             )
+    for key in _BOOLEANS:
+        value = variables.get(key, False)
+        if not isinstance(value, bool) and str(value).strip().lower() not in _BOOL_WORDS:
+            raise InputError(f"host {host}: {value!r} is not true or false", key=key)
 
 
 def template_plan(
