@@ -221,6 +221,11 @@ class SSHConnection:
             out, err = _drain(chan)
             rc = chan.recv_exit_status()
             chan.close()
+            if rc == -1:
+                # The channel closed without an exit status: the host went away mid-command.
+                raise HostUnreachable(
+                    f"{self.name}: connection lost while running a command (no exit status)"
+                )
         except HostUnreachable:
             raise
         except (OSError, EOFError, paramiko.SSHException) as exc:
