@@ -113,12 +113,16 @@ class Lab:
 
     def mirror_vars(self, topology: Topology | None = None) -> dict[str, str]:
         urls = self.mirror_urls(topology)
-        return {
+        out = {
             "apt_mirror_url": urls.apt,
             "nvidia_repo_url": urls.nvidia_repo,
             "nvidia_repo_key_url": urls.key,
             "release_mirror_url": urls.releases,
         }
+        # The mirror's release archives are repacked Debian binaries: point each role at the
+        # version the mirror has (e.g. node_exporter_version: 1.5.0).
+        out.update(mirror.release_versions())
+        return out
 
     # ------------------------------------------------------------ up
 

@@ -533,3 +533,18 @@ def _answers(address: str, port: int) -> bool:
             return r.status == 200
     except OSError:
         return False
+
+
+def release_versions() -> dict[str, str]:
+    """``{"<project>_version": "<version>"}`` for the release archives the built mirror holds."""
+    manifest_path = mirror_dir() / "manifest.json"
+    try:
+        releases = json.loads(manifest_path.read_text()).get("releases", {})
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for project, rel in releases.items():
+        match = re.search(r"/download/v([^/]+)/", rel)
+        if match:
+            out[f"{project}_version"] = match.group(1)
+    return out
