@@ -30,6 +30,8 @@ def lab_unavailable_reason() -> str | None:
 def lab() -> Iterator[Lab]:
     reason = lab_unavailable_reason()
     if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the lab tests: {reason}")
         pytest.skip(reason)
     the_lab = Lab(os.environ.get("GPUMON_LAB_NAME") or "default")
     the_lab.up()

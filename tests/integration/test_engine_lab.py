@@ -217,3 +217,35 @@ def test_an_unknown_host_key_is_refused_unless_accepting_new_keys_is_opted_in(la
     assert rc == 0, json.dumps(report)[:2000]
     addr = next(h.address for h in lab.hosts if h.name == "gpu04")
     assert any(addr in line.split()[0].split(",") for line in empty.read_text().splitlines())
+
+
+BECOME_USER_SETUP = (
+    "id deployer >/dev/null 2>&1 || useradd -m -s /bin/bash deployer; "
+    "install -d -m 700 -o deployer -g deployer /home/deployer/.ssh; "
+    "install -m 600 -o deployer -g deployer /root/.ssh/authorized_keys "
+    "/home/deployer/.ssh/authorized_keys; "
+    "echo 'deployer ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/deployer; chmod 440 /etc/sudoers.d/deployer"
+)
+
+
+def test_become_runs_tasks_through_sudo_as_a_non_root_login(lab, ssh_config):
+    assert lab.ssh("mon01", BECOME_USER_SETUP + "; " + RESET_DEMO).returncode == 0
+    rc, report = up_json(
+        lab, "--limit", "mon01", "-e", "ansible_user=deployer", "-e", "ansible_become=true"
+    )
+    assert rc == 0, json.dumps(report, indent=1)[:3000]
+    host = infra(ssh_config, "mon01")
+    assert host.file("/etc/gpumon-demo/demo.conf").user == "root"
+    assert host.service("gpumon-demo.service").is_running
+    auth = lab.ssh("mon01", "journalctl _COMM=sudo --no-pager | grep -c 'USER=root'").stdout
+    assert int(auth.strip() or 0) > 0
+
+
+def test_become_without_sudo_rights_fails_the_host_clearly(lab):
+    assert lab.ssh("mon01", "rm -f /etc/sudoers.d/deployer; " + RESET_DEMO).returncode == 0
+    rc, report = up_json(
+        lab, "--limit", "mon01", "-e", "ansible_user=deployer", "-e", "ansible_become=true"
+    )
+    assert rc == 1
+    failed = [t for t in report["hosts"]["mon01"]["tasks"] if t["status"] == "failed"]
+    assert failed and "sudo" in (failed[0]["error"] or "")
