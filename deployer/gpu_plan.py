@@ -93,6 +93,12 @@ def _view(
     out["repo_distro"] = distro
     out["repo_arch"] = arch
     out["stand_in"] = stand_in
+    # pinning packages of other branches (left by an earlier plan) would pin the old branch too
+    out["stale_pinning_packages"] = sorted(
+        name
+        for name in facts.get("packages") or {}
+        if name.startswith("nvidia-driver-pinning-") and name != resolved.pinning_package
+    )
     out["exporter_csv"] = dcgm_fields.csv_from_vars(variables)
     return out
 

@@ -8,7 +8,9 @@ reboot guard, nv-hostengine binding, exporter unit, CSV and web config.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +145,7 @@ def test_the_driver_version_is_pinned_and_the_packages_held():
     pin = task(tasks, "apt keeps the NVIDIA packages")
     assert pin.module.content(pin.args) == (
         "Package: nvidia-* libnvidia-* libcuda1 cuda-drivers cuda-drivers-*\n"
-        "Pin: version 595.45.04-*\nPin-Priority: 1000\n"
+        "Pin: version 595.45.04-*\nPin-Priority: 1001\n"
     )
     assert task(tasks, "pinning package").args["name"] == ["nvidia-driver-pinning-595"]
 
@@ -499,3 +501,51 @@ def test_bad_field_settings_are_refused_naming_the_key(variables, key):
 def test_every_catalogue_entry_cites_the_reference():
     for f in dcgm_fields.FIELDS.values():
         assert f.source.startswith("dcgm-exporter.md §4"), f.name
+
+
+def test_pinning_packages_of_another_branch_are_removed():
+    facts = {
+        **DEBIAN,
+        "packages": {"nvidia-driver-pinning-580": "580.126.20-1", "nvidia-open": "x"},
+    }
+    tasks = planned(H100, facts)
+    stale = task(tasks, "pinning packages of other branches purged").args
+    assert stale["cmd"].endswith("purge -- nvidia-driver-pinning-580")
+    assert absent(planned(H100), "pinning packages of other branches")
+
+
+# ---- the driver role's check script, run here with a stand-in nvidia-smi ---------------------------
+
+CHECK = ROOT / "roles/nvidia_driver/files/nvidia-driver-check"
+
+
+def run_check(tmp_path: Path, apps: str, *args: str) -> subprocess.CompletedProcess[str]:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nprintf '%s' '{apps}'\n")
+    smi.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    return subprocess.run(["sh", str(CHECK), *args], capture_output=True, text=True, env=env)
+
+
+def test_busy_lists_running_gpu_compute_processes(tmp_path):
+    proc = run_check(tmp_path, "4242, python3, 1024 MiB\n", "busy")
+    assert proc.returncode == 0 and "4242, python3" in proc.stdout
+
+
+def test_an_idle_host_is_not_busy(tmp_path):
+    assert run_check(tmp_path, "", "busy").returncode == 1
+
+
+def test_explain_names_the_jobs_that_keep_an_allowed_reboot_from_happening(tmp_path):
+    proc = run_check(
+        tmp_path, "4242, python3, 1024 MiB\n", "explain", "580.126.20", "if_required", "false"
+    )
+    assert proc.returncode == 1
+    assert "reboot required" in proc.stderr
+    assert "GPU compute processes are running" in proc.stderr and "4242, python3" in proc.stderr
+    assert "nvidia_driver_reboot_force" in proc.stderr
+
+
+def test_explain_tells_how_to_allow_the_reboot_when_the_policy_is_never(tmp_path):
+    proc = run_check(tmp_path, "", "explain", "580.126.20", "never", "false")
+    assert proc.returncode == 1 and "set nvidia_driver_reboot: if_required" in proc.stderr
