@@ -80,6 +80,7 @@ class StackExpectation:
     thanos_active: bool = False
     thanos_sidecars: list[Endpoint] = field(default_factory=list)
     thanos_queries: list[Endpoint] = field(default_factory=list)
+    thanos_stores: list[str] = field(default_factory=list)  # sidecar gRPC host:port
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ def expect(
             exp.thanos_sidecars.append(
                 Endpoint(host, f"http://{address}:{v['prometheus_thanos_sidecar_http_port']}")
             )
+            exp.thanos_stores.append(f"{address}:{v.get('thanos_sidecar_grpc_port', 10901)}")
     if first is not None:
         exp.targets = file_sd.expected_targets(first)
         hostvars = first["hostvars"]
@@ -351,7 +353,34 @@ def collect(exp: StackExpectation, fetch: Fetch, *, workers: int = 16) -> list[C
         for kind, e, job in thanos_jobs:
             ok, why = job.result()
             checks.append(Check(kind, e.host, "ready", ok, why or f"{e.url}/-/ready"))
+            if ok and kind == "thanos query":
+                checks.append(check_query_stores(exp, e, fetch))
     return checks
+
+
+def check_query_stores(exp: StackExpectation, query: Endpoint, fetch: Fetch) -> Check:
+    """Every sidecar is a healthy store of this Query (``/api/v1/stores``, the API behind the
+    Query UI's Stores page: ``{"data": {"<type>": [{"name": "host:port", "lastError": ...}]}}``;
+    the shape is from Thanos' UI code, not checked against a running Thanos here)."""
+    data, err = _get_json(fetch, f"{query.url}/api/v1/stores")
+    if err is not None:
+        return Check("thanos query", query.host, "every sidecar a store", False, err)
+    healthy = {
+        s.get("name")
+        for stores in (data.get("data") or {}).values()
+        for s in stores or []
+        if not s.get("lastError")
+    }
+    missing = [a for a in exp.thanos_stores if a not in healthy]
+    return Check(
+        "thanos query",
+        query.host,
+        "every sidecar a store",
+        not missing,
+        f"not healthy stores: {', '.join(missing)}"
+        if missing
+        else f"{len(exp.thanos_stores)}/{len(exp.thanos_stores)} sidecars",
+    )
 
 
 def _distinct_labels(exp: StackExpectation, replicas: list[_ReplicaResult]) -> Check:

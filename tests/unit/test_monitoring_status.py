@@ -209,6 +209,49 @@ def test_thanos_components_must_be_ready_when_deployed(stack):
     assert ("thanos sidecar", "prom01", "ready") in {(c.component, c.host, c.check) for c in checks}
 
 
+def thanos_expectation() -> StackExpectation:
+    return expectation(
+        thanos_active=True,
+        thanos_sidecars=[
+            Endpoint("prom01", "http://10.0.0.21:10902"),
+            Endpoint("prom02", "http://10.0.0.22:10902"),
+        ],
+        thanos_queries=[Endpoint("mon01", "http://10.0.0.23:19192")],
+        thanos_stores=["10.0.0.21:10901", "10.0.0.22:10901"],
+    )
+
+
+def stores_answer(stack: CannedStack, stores: list[dict[str, Any]]) -> Any:
+    def fetch(url: str) -> Response:
+        if url == "http://10.0.0.23:19192/api/v1/stores":
+            return ok({"status": "success", "data": {"sidecar": stores}})
+        return stack(url)
+
+    return fetch
+
+
+def test_query_with_every_sidecar_as_a_healthy_store_is_green(stack):
+    fetch = stores_answer(
+        stack,
+        [{"name": "10.0.0.21:10901", "lastError": None}, {"name": "10.0.0.22:10901"}],
+    )
+    checks = status.collect(thanos_expectation(), fetch)
+    assert failed(checks) == []
+    assert detail(checks, "mon01", "every sidecar a store") == "2/2 sidecars"
+
+
+def test_query_missing_or_failing_a_sidecar_store_fails_naming_it(stack):
+    fetch = stores_answer(
+        stack,
+        [{"name": "10.0.0.21:10901", "lastError": "connection refused"}],
+    )
+    checks = status.collect(thanos_expectation(), fetch)
+    assert failed(checks) == [("thanos query", "mon01", "every sidecar a store")]
+    assert detail(checks, "mon01", "every sidecar a store") == (
+        "not healthy stores: 10.0.0.21:10901, 10.0.0.22:10901"
+    )
+
+
 def test_only_the_expected_addresses_are_asked(stack):
     status.collect(expectation(), stack)
     hosts = {urllib.parse.urlsplit(u).hostname for u in stack.asked}
@@ -318,3 +361,4 @@ def test_expectation_includes_thanos_when_enabled(tmp_path: Path):
         "http://192.0.2.22:10902",
     ]
     assert [e.url for e in exp.thanos_queries] == ["http://192.0.2.23:19192"]
+    assert exp.thanos_stores == ["192.0.2.21:10901", "192.0.2.22:10901"]
