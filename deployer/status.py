@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from deployer import file_sd
+from deployer.errors import InputError
 from deployer.file_sd import Target, truthy
 
 RULE_FILES = ("gpu-alerts.yml", "gpu-recording.yml", "meta-alerts.yml")
@@ -502,6 +503,13 @@ def load_expectation(
             out[h] = planner.host_vars(h, play)
         return out
 
-    return expect(
+    exp = expect(
         variables_of("prometheus"), variables_of("alertmanager"), variables_of("thanos_query")
     )
+    if not exp.replicas and not exp.alertmanagers:
+        raise InputError(
+            "no host of the inventory is in a Prometheus or Alertmanager play of the site: "
+            "nothing to check",
+            source=str(inventory),
+        )
+    return exp

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from deployer import status
+from deployer.errors import InputError
 from deployer.file_sd import Target
 from deployer.status import Check, Endpoint, Peer, Replica, Response, StackExpectation
 
@@ -362,3 +363,12 @@ def test_expectation_includes_thanos_when_enabled(tmp_path: Path):
     ]
     assert [e.url for e in exp.thanos_queries] == ["http://192.0.2.23:19192"]
     assert exp.thanos_stores == ["192.0.2.21:10901", "192.0.2.22:10901"]
+
+
+def test_an_inventory_without_monitoring_hosts_is_an_input_error(tmp_path: Path):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(
+        "all:\n  hosts:\n    gpu01: {gpu_count: 8}\n  children:\n    gpu: {hosts: {gpu01: {}}}\n"
+    )
+    with pytest.raises(InputError, match="nothing to check"):
+        status.load_expectation(inv)
