@@ -229,6 +229,62 @@ def test_second_up_reports_zero_changes(deployed, inventory, stack_vars):
     assert set(changed.values()) == {0}, changed
 
 
+def self_metric(url: str, name: str) -> float:
+    """A gauge from a daemon's own /metrics page."""
+    r = http_fetch(f"{url}/metrics")
+    assert r.status == 200, (url, r)
+    for line in r.body.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in {url}/metrics")
+
+
+def test_config_changes_reload_without_a_restart(deployed, mlab, inventory, stack_vars):
+    daemons = {f"{h}:prometheus": u for h, u in prometheus_urls(mlab).items()}
+    daemons |= {
+        f"{h.name}:alertmanager": f"http://{h.address}:9093" for h in hosts_in(mlab, "alertmanager")
+    }
+    reload_metric = {
+        "prometheus": "prometheus_config_last_reload_success_timestamp_seconds",
+        "alertmanager": "alertmanager_config_last_reload_success_timestamp_seconds",
+    }
+
+    def snapshot() -> dict[str, tuple[float, float]]:
+        return {
+            d: (
+                self_metric(u, "process_start_time_seconds"),
+                self_metric(u, reload_metric[d.split(":")[1]]),
+            )
+            for d, u in daemons.items()
+        }
+
+    before = snapshot()
+    route = json.loads(stack_vars[-1])["alertmanager_route"] | {"repeat_interval": "5h"}
+    changed = [
+        "-e",
+        "prometheus_evaluation_interval=20s",
+        "-e",
+        json.dumps({"alertmanager_route": route}),
+    ]
+    try:
+        proc = gpumon("up", "-i", str(inventory), "--output", "json", *stack_vars, *changed)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        after = snapshot()
+        for d in daemons:
+            assert after[d][0] == before[d][0], f"{d} was restarted"
+            assert after[d][1] > before[d][1], f"{d} did not reload"
+        ran = {
+            t["task"]
+            for h in json.loads(proc.stdout)["hosts"].values()
+            for t in h["tasks"]
+            if t["status"] == "changed"
+        }
+        assert {"reload prometheus", "reload alertmanager"} <= ran
+        assert not {"restart prometheus", "restart alertmanager"} & ran
+    finally:
+        assert gpumon("up", "-i", str(inventory), *stack_vars).returncode == 0
+
+
 def memory_temperature_round(mlab: Lab, webhook: WebhookReceiver) -> None:
     node = hosts_in(mlab, "gpu")[0].name
     before = len(webhook.matching("firing", node))
