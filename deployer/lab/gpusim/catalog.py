@@ -70,6 +70,9 @@ class DcgmRelease:
 DCGMS: tuple[DcgmRelease, ...] = (
     DcgmRelease("4.4.2", "2025-10-08"),
     DcgmRelease("4.5.3", "2026-02-20"),
+    # The newest pair the compatibility matrix knows (dcgm-exporter.md §1: 4.6.0-4.8.3), so the
+    # product's defaults install on the lab without version overrides.
+    DcgmRelease("4.6.0", "2026-07-15"),
 )
 
 
@@ -90,6 +93,7 @@ class ExporterRelease:
 EXPORTERS: tuple[ExporterRelease, ...] = (
     ExporterRelease("4.4.2", "4.7.1"),
     ExporterRelease("4.5.3", "4.8.2"),
+    ExporterRelease("4.6.0", "4.8.3"),
 )
 
 
