@@ -318,6 +318,8 @@ class Prepared:
     ) -> tuple[list[str], dict[str, str], Path | None, Callable[[str], int | None]]:
         env = dict(os.environ)
         env.pop("ANSIBLE_CONFIG", None)
+        # As users run them: bytecode caches on (this machine's shell sets the variable).
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         if tool == "gpumon":
             argv = [
                 str(GPUMON),
