@@ -220,3 +220,10 @@ def test_targets_files_are_the_only_tasks_tagged_targets(tmp_path):
         "file_sd targets of job prometheus",
         "file_sd targets of job alertmanager",
     ]
+
+
+def test_targets_command_converges_only_the_replicas_narrowed_by_limit():
+    from deployer.targets import replica_pattern
+
+    assert replica_pattern(None, None) == "prometheus"
+    assert replica_pattern(None, "prom01") == "prometheus:&prom01"
