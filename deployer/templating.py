@@ -233,7 +233,10 @@ class TemplatedVars(Mapping[str, Any]):
         if key in self._cache:
             return self._cache[key]
         value = self._raw[key]
-        if _has_template(value):
+        if isinstance(value, Mapping) and not isinstance(value, dict):
+            # hostvars, groups: render entry by entry when used (see RenderedOnUse).
+            value = RenderedOnUse(value, self, self._renderer, self._source, key)
+        elif _has_template(value):
             if key in self._resolving:
                 raise jinja2.UndefinedError(f"variable {key!r} refers to itself")
             self._resolving.add(key)
@@ -252,3 +255,52 @@ class TemplatedVars(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._raw)
+
+
+class RenderedOnUse(Mapping[str, Any]):
+    """A lazy mapping variable (``hostvars``, ``groups``) whose entries are rendered, against
+    the variables it was looked up in, only when a template uses them.
+
+    Rendering it whole on first use (every host's every variable, to read one address) made one
+    host's plan cost O(hosts x variables) and a 1,000-host file_sd template 15 s. An entry that is
+    itself a mapping is rendered on use the same way.
+    """
+
+    def __init__(
+        self,
+        raw: Mapping[str, Any],
+        variables: Mapping[str, Any],
+        renderer: Renderer,
+        source: str,
+        key: str,
+    ) -> None:
+        self._raw = raw
+        self._variables = variables
+        self._renderer = renderer
+        self._source = source
+        self._key = key
+        self._cache: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._cache:
+            return self._cache[name]
+        value = self._raw[name]
+        key = f"{self._key}.{name}"
+        if isinstance(value, Mapping):
+            value = RenderedOnUse(value, self._variables, self._renderer, self._source, key)
+        elif _has_template(value):
+            value = self._renderer.render_value(value, self._variables, self._source, None, key)
+        self._cache[name] = value
+        return value
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._raw
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __repr__(self) -> str:
+        return f"RenderedOnUse({self._key})"
