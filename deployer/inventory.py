@@ -54,7 +54,7 @@ import re
 import shlex
 import string
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -186,6 +186,8 @@ class Inventory:
         for name in groups:
             self._members[name] = self._collect_members(name)
         self._hostvars = MappingProxyType({h.name: h.vars for h in hosts})
+        self._groups_view = GroupMembers(self._members)
+        self._scanned: dict[int, Mapping[str, Any]] = {}
 
     def _collect_members(self, name: str) -> list[str]:
         seen: set[str] = set()
@@ -234,7 +236,7 @@ class Inventory:
             "inventory_hostname": h.name,
             "inventory_hostname_short": h.name.split(".")[0],
             "group_names": h.group_names,
-            "groups": {g: list(members) for g, members in self._members.items()},
+            "groups": self._groups_view,
             "hostvars": self._hostvars,
         }
 
@@ -245,8 +247,12 @@ class Inventory:
         with the magic variables on top. Secret role defaults are registered for masking."""
         h = host if isinstance(host, Host) else self.host(host)
         defaults = dict(role_defaults or {})
-        for value in secret_values_in(defaults):
-            self.secrets.add(value)
+        # One defaults mapping serves every host of a play: scan it for secrets once (scanning
+        # it per host was most of the time of resolving 100,000 hosts' variables).
+        if role_defaults is not None and self._scanned.get(id(role_defaults)) is not role_defaults:
+            for value in secret_values_in(defaults):
+                self.secrets.add(value)
+            self._scanned[id(role_defaults)] = role_defaults
         return {**defaults, **h.vars, **self.magic_vars(h)}
 
     # -- display
@@ -284,6 +290,33 @@ class Inventory:
                 for g in self.groups.values()
             },
         }
+
+
+class GroupMembers(Mapping[str, list[str]]):
+    """The ``groups`` magic variable: group name -> member host names, in inventory order.
+
+    Built once per inventory and shared by every host's variables (a copy per host made
+    resolving N hosts' variables cost N^2); each lookup returns a fresh list, so a caller that
+    changes what it got changes nothing else.
+    """
+
+    def __init__(self, members: Mapping[str, list[str]]) -> None:
+        self._members = members
+
+    def __getitem__(self, name: str) -> list[str]:
+        return list(self._members[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._members)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._members
+
+    def __repr__(self) -> str:
+        return f"GroupMembers({dict(self)!r})"
 
 
 def _jsonable(value: Any) -> Any:

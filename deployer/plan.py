@@ -101,10 +101,13 @@ class Planner:
         self.skip_tags = skip_tags
         self.extra_context = dict(extra_context or {})
         self._roles: dict[str, Role] = {}
+        self._play_defaults: dict[int, tuple[Play, dict[str, Any]]] = {}
         self.renderer = Renderer(make_environment())
         self._groups = {
             name: list(self.inventory.group_hosts(name)) for name in self.inventory.groups
         }
+        # Membership sets: a host's group_names by list search cost O(hosts) per host.
+        self._group_sets = {name: set(hosts) for name, hosts in self._groups.items()}
 
     def role(self, name: str) -> Role:
         if name not in self._roles:
@@ -118,9 +121,14 @@ class Planner:
                 self.role(r)
 
     def play_defaults(self, play: Play) -> dict[str, Any]:
+        """The play's roles' defaults merged (once per play; treat the result as read-only)."""
+        cached = self._play_defaults.get(id(play))
+        if cached is not None and cached[0] is play:
+            return cached[1]
         merged: dict[str, Any] = {}
         for r in play.roles:
             merged.update(self.role(r).defaults)
+        self._play_defaults[id(play)] = (play, merged)
         return merged
 
     def host_vars(self, host: str, play: Play) -> Mapping[str, Any]:
@@ -129,7 +137,7 @@ class Planner:
         variables.update(
             inventory_hostname=host,
             group_names=sorted(
-                g for g, hosts in self._groups.items() if host in hosts and g != "all"
+                g for g, members in self._group_sets.items() if host in members and g != "all"
             ),
             groups=self._groups,
             hostvars=LazyHostVars(self.inventory, defaults),
