@@ -1,0 +1,258 @@
+"""Planning at scale, no SSH: synthetic inventories of N GPU hosts through inventory load,
+variable resolution, the compatibility check and file_sd generation; time and peak memory of each
+stage, every size in its own process.
+
+    .venv/bin/python -m bench.planning --sizes 1000,10000,100000
+
+Writes ``bench/results/planning-<date>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.measure import table
+from bench.tools import BENCH_DIR, REPO
+
+GPU_MODELS = (("H100", 8, True), ("H200", 8, True), ("A100", 4, False), ("B200", 8, True))
+HOSTS_PER_RACK = 32
+GPU_ROLES = ("nvidia_driver", "dcgm", "dcgm_exporter", "node_exporter")
+
+
+def host_name(i: int) -> str:
+    return f"gpu{i:06d}"
+
+
+def host_address(i: int) -> str:
+    """A documentation-range-free private address per host (never contacted: no SSH here)."""
+    return f"10.{(i >> 16) & 0xFF}.{(i >> 8) & 0xFF}.{i & 0xFF}"
+
+
+def inventory_yaml(n: int) -> str:
+    """An Ansible YAML inventory: racks of 32 GPU hosts with their own vars, the versions planned
+    for the whole fleet on ``gpu``, a Prometheus HA pair and three Alertmanager peers."""
+    out = [
+        "all:",
+        "  vars:",
+        "    ansible_user: root",
+        "    gpumon_host_key_policy: verify",
+        "  children:",
+        "    gpu:",
+        "      vars:",
+        '        nvidia_driver_branch: "580"',
+        "        dcgm_version: 4.4.2",
+        "        dcgm_exporter_version: 4.4.2-4.7.1",
+        "        cluster: synth",
+        "      children:",
+    ]
+    racks = (n + HOSTS_PER_RACK - 1) // HOSTS_PER_RACK
+    for r in range(racks):
+        model, count, nvswitch = GPU_MODELS[r % len(GPU_MODELS)]
+        out += [
+            f"        rack{r:05d}:",
+            "          vars:",
+            f"            rack: r{r:05d}",
+            f"            gpu_model: {model}",
+            f"            gpu_count: {count}",
+            f"            nvswitch: {'true' if nvswitch else 'false'}",
+            f"            slurm_partition: {'train' if r % 3 else 'infer'}",
+            f"            scrape_tier: {'training' if r % 3 else 'inference'}",
+            "          hosts:",
+        ]
+        for i in range(r * HOSTS_PER_RACK, min(n, (r + 1) * HOSTS_PER_RACK)):
+            out.append(f"            {host_name(i)}: {{ansible_host: {host_address(i)}}}")
+    out += [
+        "    monitoring:",
+        "      children:",
+        "        prometheus:",
+        "          hosts:",
+        "            prom01: {ansible_host: 10.255.0.1}",
+        "            prom02: {ansible_host: 10.255.0.2}",
+        "        alertmanager:",
+        "          hosts:",
+        "            prom01: {}",
+        "            prom02: {}",
+        "            mon01: {ansible_host: 10.255.0.3}",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _rss_mib() -> tuple[float, float]:
+    """(current RSS, peak RSS) of this process in MiB."""
+    now = peak = 0.0
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            now = int(line.split()[1]) / 1024
+        elif line.startswith("VmHWM:"):
+            peak = int(line.split()[1]) / 1024
+    return now, peak
+
+
+def measure_one(n: int, workdir: Path) -> dict[str, Any]:
+    """Every stage for ``n`` hosts, in this process (run by ``--one``)."""
+    stages: dict[str, dict[str, float]] = {}
+    start_rss, _ = _rss_mib()
+
+    def stage(name: str, started: float) -> None:
+        now, peak = _rss_mib()
+        stages[name] = {
+            "s": round(time.perf_counter() - started, 3),
+            "rss_mib": round(now, 1),
+            "peak_rss_mib": round(peak, 1),
+        }
+
+    path = workdir / f"inventory-{n}.yml"
+    if not path.exists():
+        path.write_text(inventory_yaml(n))
+
+    t = time.perf_counter()
+    from deployer import compat, file_sd, preflight
+    from deployer.inventory import load_inventory
+    from deployer.plan import Planner
+    from deployer.roles import Play
+
+    stage("import", t)
+    t = time.perf_counter()
+    inventory = load_inventory(path)
+    stage("inventory_load", t)
+
+    from deployer.session import validation_facts
+
+    planner = Planner(inventory, [REPO / "roles"], REPO / "templates")
+    # As ``gpumon-deploy check --offline`` plans: facts are the pre-connection stand-in.
+    planner.extra_context = {"facts": validation_facts("prom01").to_json()}
+    gpu_play = Play(name="gpu", hosts="gpu", roles=GPU_ROLES)
+    t = time.perf_counter()
+    defaults = planner.play_defaults(gpu_play)
+    hosts = list(inventory.hosts)
+    variables = {h: inventory.resolve_vars(h, defaults) for h in hosts}
+    stage("variable_resolution", t)
+
+    t = time.perf_counter()
+    gpu = preflight.gpu_hosts(inventory, hosts)
+    plans = preflight.host_plans(inventory, gpu, variables, None)
+    refused = compat.check(plans)
+    stage("compatibility_check", t)
+
+    t = time.perf_counter()
+    prom_play = Play(name="prometheus", hosts="prometheus", roles=("prometheus",))
+    prom_vars = planner.host_vars("prom01", prom_play)
+    groups = file_sd.file_sd_targets(prom_vars)
+    rendered = {job: file_sd.render(g) for job, g in groups.items()}
+    stage("file_sd_generation", t)
+
+    _, peak = _rss_mib()
+    return {
+        "hosts": len(hosts),
+        "gpu_hosts": len(gpu),
+        "refusals": len(refused),
+        "file_sd_targets": {job: len(g) for job, g in groups.items()},
+        "file_sd_bytes": sum(len(t) for t in rendered.values()),
+        "inventory_bytes": path.stat().st_size,
+        "stages": stages,
+        "total_s": round(sum(s["s"] for s in stages.values() if s is not stages["import"]), 3),
+        "peak_rss_mib": round(peak, 1),
+        "rss_at_start_mib": round(start_rss, 1),
+        "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
+
+
+def run_sizes(sizes: list[int], workdir: Path, timeout_s: float) -> list[dict[str, Any]]:
+    results = []
+    for n in sizes:
+        started = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "bench.planning", "--one", str(n), "--workdir", str(workdir)],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            results.append({"hosts": n, "error": f"timed out after {timeout_s:.0f}s"})
+            print(f"  {n:>7} hosts: timed out", file=sys.stderr)
+            continue
+        if proc.returncode != 0:
+            results.append({"hosts": n, "error": proc.stderr.strip()[-800:]})
+            print(f"  {n:>7} hosts: failed: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+            continue
+        got = json.loads(proc.stdout)
+        got["wall_s"] = round(time.perf_counter() - started, 3)
+        results.append(got)
+        print(f"  {n:>7} hosts: {got['total_s']:.2f}s, peak {got['peak_rss_mib']:.0f} MiB", file=sys.stderr)
+    return results
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    names = ["inventory_load", "variable_resolution", "compatibility_check", "file_sd_generation"]
+    rows = [["hosts", *[n.replace("_", " ") + " s" for n in names], "total s", "peak RSS MiB", "KiB/host"]]
+    ok = [r for r in results if "stages" in r]
+    for r in ok:
+        base = ok[0]
+        per_host = (
+            (r["peak_rss_mib"] - base["peak_rss_mib"]) * 1024 / (r["hosts"] - base["hosts"])
+            if r is not base
+            else float("nan")
+        )
+        rows.append(
+            [
+                str(r["hosts"]),
+                *[f"{r['stages'][n]['s']:.2f}" for n in names],
+                f"{r['total_s']:.2f}",
+                f"{r['peak_rss_mib']:.0f}",
+                "-" if r is base else f"{per_host:.1f}",
+            ]
+        )
+    for r in results:
+        if "error" in r:
+            rows.append([str(r["hosts"]), "ERROR", "", "", "", "", "", ""])
+    return table(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.planning", description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--workdir", default="/var/cache/gpumon-bench/planning")
+    parser.add_argument("--timeout", type=float, default=300.0, help="per size, seconds")
+    parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    if args.one is not None:
+        print(json.dumps(measure_one(args.one, workdir)))
+        return 0
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    results = run_sizes(sizes, workdir, args.timeout)
+    print(render(results))
+    out = Path(args.out) if args.out else BENCH_DIR / "results" / (
+        f"planning-{datetime.date.today().isoformat()}.json"
+    )
+    out.write_text(
+        json.dumps(
+            {
+                "benchmark": "planning",
+                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "command": " ".join([".venv/bin/python -m bench.planning", *sys.argv[1:]]),
+                "results": results,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    print(f"written {out}")
+    return 0 if all("stages" in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
