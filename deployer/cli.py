@@ -279,6 +279,70 @@ def status(inventory: Path, extra_vars: tuple[str, ...], output: str) -> None:
     sys.exit(EXIT_FAILED if stack.failures(checks) else EXIT_OK)
 
 
+@cli.command("upgrade-driver")
+@inventory_options
+@click.option(
+    "--to", "to", default=None, metavar="BRANCH_OR_VERSION", help="Target: 580 or 580.126.20."
+)
+@click.option("--canary", type=int, default=1, show_default=True, help="Hosts in the first batch.")
+@click.option("--batch-size", default="1", show_default=True, metavar="N|P%")
+@click.option("--max-unavailable", default=None, metavar="N|P%", help="Default: the batch size.")
+@click.option("--max-failures", type=int, default=1, show_default=True, help="Over the whole run.")
+@click.option(
+    "--drain",
+    type=click.Choice(["slurm", "kubernetes", "command", "none"]),
+    default="none",
+    show_default=True,
+)
+@click.option(
+    "--drain-command", default=None, help="Template with {host} and {action} (--drain command)."
+)
+@click.option(
+    "--drain-host",
+    default=None,
+    help="Inventory host that runs the drain hook; default: the controller.",
+)
+@click.option("--pod-selector", default=None, help="GPU pod selector for kubectl drain.")
+@click.option(
+    "--job-timeout",
+    type=click.IntRange(1, 86400),
+    default=600,
+    show_default=True,
+    help="Seconds to wait for GPU jobs to end.",
+)
+@click.option(
+    "--reboot",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="never: reload the modules instead.",
+)
+@click.option("--silence-minutes", type=click.IntRange(5, 10080), default=120, show_default=True)
+@click.option(
+    "--diag-level",
+    type=click.IntRange(0, 4),
+    default=2,
+    show_default=True,
+    help="dcgmi diag -r level after the upgrade (0: none).",
+)
+@click.option(
+    "--resume", default=None, metavar="RUN", help="Continue an interrupted run (id or directory)."
+)
+@click.option("--check", "check_mode", is_flag=True, help="Print the plan; change nothing.")
+@output_option
+@input_errors_exit_2
+def upgrade_driver(
+    inventory: Path, limit: str | None, extra_vars: tuple[str, ...], **kw: Any
+) -> None:
+    """Rolling NVIDIA driver upgrade: canary, batches, drain, silences, validation, resume."""
+    from deployer.rollout import UpgradeRequest
+    from deployer.rollout import upgrade_driver as run_upgrade
+
+    kw["check"] = kw.pop("check_mode")
+    req = UpgradeRequest(inventory=inventory, limit=limit, extra_vars=extra_vars, **kw)
+    sys.exit(run_upgrade(req))
+
+
 def _register_subcommands() -> None:
     from deployer.lab.cli import lab
 

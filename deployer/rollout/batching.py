@@ -1,0 +1,100 @@
+"""Batch arithmetic of a rolling upgrade: canary, batch sizes, --max-unavailable, --max-failures.
+
+Pure functions, unit-tested table-driven. ``N`` or ``P%`` amounts: a percentage is of the hosts
+selected for the run (the GPU hosts ``--limit`` leaves), rounded up, and never below 1 -- 25% of 3
+hosts is 1 host, as Kubernetes scales ``maxUnavailable``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from deployer.errors import InputError
+
+_AMOUNT = re.compile(r"^\s*(\d+)\s*(%?)\s*$")
+
+
+@dataclass(frozen=True)
+class Amount:
+    value: int
+    percent: bool = False
+
+    @classmethod
+    def parse(cls, text: str | int, key: str) -> Amount:
+        m = _AMOUNT.match(str(text))
+        if not m:
+            raise InputError(f"{text!r} is not a count (2) or a percentage (25%)", key=key)
+        value, percent = int(m.group(1)), bool(m.group(2))
+        if value < 1 or (percent and value > 100):
+            raise InputError(
+                f"{text!r} must be at least 1{' and at most 100%' if percent else ''}", key=key
+            )
+        return cls(value, percent)
+
+    def of(self, total: int) -> int:
+        """The number of hosts this amount means out of ``total``."""
+        if not self.percent:
+            return self.value
+        return max(1, math.ceil(total * self.value / 100))
+
+    def __str__(self) -> str:
+        return f"{self.value}%" if self.percent else str(self.value)
+
+
+def plan_batches(hosts: Sequence[str], canary: int, batch_size: int) -> list[list[str]]:
+    """The canary batch (``canary`` hosts; none when 0) then batches of ``batch_size``."""
+    if canary < 0 or batch_size < 1:
+        raise ValueError("canary must be >= 0 and batch_size >= 1")
+    out: list[list[str]] = []
+    first = list(hosts[:canary])
+    if first:
+        out.append(first)
+    rest = list(hosts[len(first) :])
+    out.extend(rest[i : i + batch_size] for i in range(0, len(rest), batch_size))
+    return out
+
+
+def room(max_unavailable: int, out_of_service: Iterable[str]) -> int:
+    """How many more hosts may be taken out of service now."""
+    return max(0, max_unavailable - len(set(out_of_service)))
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the controller does next within a batch."""
+
+    start: list[str]  # hosts to run now (in-progress ones first, then fresh ones)
+    stop_reason: str | None = None  # set when no fresh host may start
+
+
+def next_hosts(
+    in_progress: Sequence[str],
+    fresh: Sequence[str],
+    *,
+    out_of_service: Iterable[str],
+    max_unavailable: int,
+    failures: int,
+    max_failures: int,
+) -> Step:
+    """Hosts to run next: every interrupted host of the batch (already out of service), plus as
+    many fresh hosts as --max-unavailable leaves room for, none once --max-failures is reached."""
+    start = list(in_progress)
+    if not fresh:
+        return Step(start)
+    if failures >= max_failures:
+        return Step(
+            start,
+            f"--max-failures {max_failures} reached ({failures} failed): no new host is started",
+        )
+    down = set(out_of_service)
+    free = room(max_unavailable, down)
+    if free == 0:
+        return Step(
+            start,
+            f"--max-unavailable {max_unavailable} reached: {len(down)} host(s) out of service "
+            f"({', '.join(sorted(down))})",
+        )
+    return Step(start + list(fresh[:free]))

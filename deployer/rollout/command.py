@@ -1,0 +1,328 @@
+"""``gpumon-deploy upgrade-driver``: preflight, the ``--check`` plan, a new run or ``--resume``.
+
+Exit status: 0 every selected host upgraded (or already at the target); 1 a host failed, the run
+stopped at --max-failures / --max-unavailable, a host was unreachable, or the run was
+interrupted (continue with ``--resume RUN``); 2 bad input or a plan the matrix refuses for some
+selected host -- the refused hosts are listed and nothing is touched (``--limit`` them out, e.g.
+``--limit 'gpu:!gpu04'``, to upgrade the others).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from deployer.connection import Connection, LocalConnection
+from deployer.errors import InputError
+from deployer.rollout import monitoring
+from deployer.rollout.batching import Amount, plan_batches
+from deployer.rollout.controller import Rollout, Settings, initial_record_skips
+from deployer.rollout.drain import DrainHook, make_hook, node_name
+from deployer.rollout.preflight import Preflight, run_preflight
+from deployer.rollout.silences import host_matchers
+from deployer.rollout.state import HostRecord, RunRecord, StateStore, new_run_id
+from deployer.rollout.view import LiveView, plan_text, report
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
+
+
+@dataclass
+class UpgradeRequest:
+    inventory: Path
+    to: str | None
+    limit: str | None = None
+    extra_vars: tuple[str, ...] = ()
+    canary: int = 1
+    batch_size: str = "1"
+    max_unavailable: str | None = None
+    max_failures: int = 1
+    drain: str = "none"
+    drain_command: str | None = None
+    drain_host: str | None = None
+    pod_selector: str | None = None
+    job_timeout: int = 600
+    reboot: str = "auto"
+    silence_minutes: int = 120
+    diag_level: int = 2
+    resume: str | None = None
+    check: bool = False
+    output: str = "text"
+    state_dir: Path | None = None
+
+
+def _hook(req: UpgradeRequest) -> DrainHook:
+    return make_hook(
+        req.drain,
+        command=req.drain_command,
+        pod_selector=req.pod_selector,
+        timeout_s=req.job_timeout,
+    )
+
+
+def _drain_connection(pre: Preflight, drain_host: str | None):
+    if not drain_host or drain_host in ("localhost", "controller"):
+        return LocalConnection
+    if drain_host not in pre.session.inventory.hosts:
+        raise InputError(
+            f"drain host {drain_host!r} is not in the inventory (or say 'controller')",
+            key="--drain-host",
+        )
+
+    def opener() -> Connection:
+        return pre.session._open(drain_host)
+
+    return opener
+
+
+def _options(req: UpgradeRequest, total: int) -> dict[str, Any]:
+    batch = Amount.parse(req.batch_size, "--batch-size")
+    if req.canary < 0:
+        raise InputError("--canary must be 0 or more", key="--canary")
+    if req.max_failures < 1:
+        raise InputError("--max-failures must be at least 1", key="--max-failures")
+    batch_hosts = batch.of(total)
+    if req.max_unavailable is None:
+        max_unavailable = max(batch_hosts, req.canary, 1)
+    else:
+        max_unavailable = Amount.parse(req.max_unavailable, "--max-unavailable").of(total)
+    return {
+        "limit": req.limit,
+        "extra_vars": list(req.extra_vars),
+        "canary": req.canary,
+        "batch_size": str(batch),
+        "batch_size_hosts": batch_hosts,
+        "max_unavailable": req.max_unavailable,
+        "max_unavailable_hosts": max_unavailable,
+        "max_failures": req.max_failures,
+        "drain": req.drain,
+        "drain_command": req.drain_command,
+        "drain_host": req.drain_host,
+        "pod_selector": req.pod_selector,
+        "job_timeout": req.job_timeout,
+        "reboot": req.reboot,
+        "silence_minutes": req.silence_minutes,
+        "diag_level": req.diag_level,
+    }
+
+
+def _already_out(pre: Preflight, hook: DrainHook, opener) -> dict[str, str]:
+    """Selected hosts out of service before the run: unreachable, or drained by someone."""
+    out = {h: f"unreachable: {why}" for h, why in pre.unreachable.items()}
+    conn = None
+    try:
+        for h, t in pre.hosts.items():
+            check = hook.command("is_drained", node_name(hook.kind, h, t.variables), "")
+            if check is None:
+                continue
+            conn = conn or opener()
+            if conn.run(check, timeout=120).rc == 0:
+                out[h] = f"drained before the run ({hook.kind})"
+    finally:
+        if conn is not None:
+            conn.close()
+    return out
+
+
+def _new_record(req: UpgradeRequest, pre: Preflight, hook: DrainHook, opener) -> RunRecord:
+    hosts = [h for h in pre.session.hosts if h in pre.hosts]
+    options = _options(req, len(pre.session.hosts))
+    batches = plan_batches(hosts, options["canary"], options["batch_size_hosts"])
+    unavailable = _already_out(pre, hook, opener)
+    t = pre.target
+    record = RunRecord(
+        run_id=new_run_id(t.version),
+        inventory=str(Path(req.inventory).resolve()),
+        target={
+            "requested": t.requested,
+            "branch": t.branch,
+            "version": t.version,
+            "listed": t.listed,
+        },
+        options=options,
+        batches=batches,
+        hosts={},
+        unavailable_before=unavailable,
+    )
+    for i, batch in enumerate(batches):
+        for h in batch:
+            ht = pre.hosts[h]
+            record.hosts[h] = HostRecord(
+                host=h,
+                batch=i,
+                before=ht.before,
+                after=ht.after,
+                was_drained=True if unavailable.get(h, "").startswith("drained") else None,
+            )
+    initial_record_skips(record, pre.hosts)
+    return record
+
+
+def _plan(record: RunRecord, pre: Preflight, hook: DrainHook, tier) -> dict[str, Any]:
+    hosts = {}
+    for h, r in record.hosts.items():
+        t = pre.hosts[h]
+        node = node_name(hook.kind, h, t.variables)
+        drain = "none"
+        for action in ("drain", "idle", "resume"):
+            cmd = hook.command(action, node, f"gpumon-deploy upgrade-driver run {record.run_id}")
+            if cmd is not None:
+                drain = "; ".join(
+                    filter(None, [drain if drain != "none" else "", f"{action}: {cmd}"])
+                )
+        if r.was_drained:
+            drain += " (already drained: left drained afterwards)"
+        silence = (
+            " and ".join(
+                "{"
+                + ",".join(f'{m["name"]}{"=~" if m["isRegex"] else "="}"{m["value"]}"' for m in ms)
+                + "}"
+                for ms in host_matchers(h, t.address)
+            )
+            + f" for {record.options['silence_minutes']} min on {tier.alertmanagers[0]}"
+            if tier.alertmanagers
+            else "no Alertmanager in the inventory: not silenced"
+        )
+        hosts[h] = {
+            "before": r.before,
+            "after": r.after,
+            "drain": drain,
+            "silence": silence,
+            "skip": r.reason if r.state == "skipped" else None,
+        }
+    return {
+        "target": record.target,
+        "options": record.options,
+        "batches": record.batches,
+        "unavailable_before": record.unavailable_before,
+        "hosts": hosts,
+    }
+
+
+def _print_refusals(pre: Preflight, err: TextIO) -> None:
+    for r in pre.refusals:
+        print(f"REFUSED {r}", file=err)
+    hosts = sorted({r.host for r in pre.refusals})
+    print(
+        f"nothing was changed: the target {pre.target.version} is refused for "
+        f"{', '.join(hosts)}; leave them out with --limit (e.g. --limit 'gpu:!{hosts[0]}')",
+        file=err,
+    )
+
+
+def upgrade_driver(req: UpgradeRequest, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Run the command; the exit status (see the module docstring)."""
+    hook = _hook(req)
+    if req.resume:
+        store = StateStore.find(req.resume, req.state_dir)
+        record = store.load()
+        if req.to is not None and req.to not in (
+            record.target["requested"],
+            record.target["version"],
+        ):
+            raise InputError(
+                f"run {record.run_id} upgrades to {record.target['version']}, not {req.to}",
+                key="--to",
+            )
+        opts = record.options
+        req = UpgradeRequest(
+            inventory=req.inventory,
+            to=record.target["version"],
+            limit=opts["limit"],
+            extra_vars=tuple(opts["extra_vars"]),
+            canary=opts["canary"],
+            batch_size=opts["batch_size"],
+            max_unavailable=opts["max_unavailable"],
+            max_failures=opts["max_failures"],
+            drain=opts["drain"],
+            drain_command=opts["drain_command"],
+            drain_host=opts["drain_host"],
+            pod_selector=opts["pod_selector"],
+            job_timeout=opts["job_timeout"],
+            reboot=opts["reboot"],
+            silence_minutes=opts["silence_minutes"],
+            diag_level=opts["diag_level"],
+            resume=req.resume,
+            check=req.check,
+            output=req.output,
+            state_dir=req.state_dir,
+        )
+        hook = _hook(req)
+    if req.to is None:
+        raise InputError("--to BRANCH_OR_VERSION is required (or --resume RUN)", key="--to")
+    pre = run_preflight(req.inventory, req.limit, list(req.extra_vars), req.to)
+    try:
+        if req.resume:
+            # hosts this run finished are never touched again: only the others need preflight
+            pending = [h for h, r in record.hosts.items() if r.state not in ("done", "skipped")]
+            refused = [r for r in pre.refusals if r.host in pending]
+            if refused:
+                pre.refusals = refused
+                _print_refusals(pre, err)
+                return EXIT_INPUT
+            missing = [h for h in pending if h not in pre.hosts and h not in pre.unreachable]
+            if missing:
+                raise InputError(
+                    f"hosts of run {record.run_id} not in the inventory any more: {', '.join(missing)}",
+                    key="-i",
+                )
+        else:
+            if pre.refusals:
+                _print_refusals(pre, err)
+                return EXIT_INPUT
+        opener = _drain_connection(pre, req.drain_host)
+        tier = monitoring.load(req.inventory, list(req.extra_vars))
+        if not req.resume:
+            record = _new_record(req, pre, hook, opener)
+        if req.check:
+            plan = _plan(record, pre, hook, tier)
+            if req.output == "json":
+                out.write(json.dumps(plan, indent=2, default=str) + "\n")
+            else:
+                out.write(plan_text(plan) + "\n")
+            return EXIT_OK
+        if pre.unreachable:
+            for h, why in pre.unreachable.items():
+                print(f"UNREACHABLE {h}: {why} (counted out of service, not upgraded)", file=err)
+        if not req.resume:
+            store = StateStore.create(record, req.state_dir)
+        print(f"run {record.run_id}: state in {store.path}", file=err)
+        settings = Settings(
+            inventory=Path(req.inventory),
+            extra_vars=list(req.extra_vars),
+            reboot=req.reboot,
+            job_timeout_s=req.job_timeout,
+            silence_minutes=req.silence_minutes,
+            diag_level=req.diag_level,
+        )
+        with store.locked(), LiveView(err) as view:
+            rollout = Rollout(
+                record=record,
+                store=store,
+                targets=pre.hosts,
+                hook=hook,
+                settings=settings,
+                tier=tier,
+                drain_connection=opener,
+                view=view,
+            )
+            record = rollout.run()
+        data = report(record)
+        path = store.write_report(data)
+        if req.output == "json":
+            out.write(json.dumps(data, indent=2, default=str) + "\n")
+        summary = data["summary"]
+        print(
+            f"run {record.run_id} {record.status}"
+            + (f": {record.stop_reason}" if record.stop_reason else "")
+            + f"; report {path}",
+            file=err,
+        )
+        for h, why in summary["failed"].items():
+            print(f"FAILED {h}: {why} (left drained and silenced)", file=err)
+        ok = record.status == "finished" and not record.failures() and not pre.unreachable
+        return EXIT_OK if ok else EXIT_FAILED
+    finally:
+        pre.session.pool.close_all()

@@ -1,0 +1,559 @@
+"""The rollout controller: drives every host of a run through the state machine, batch by batch.
+
+Batches run one after another; the hosts of a batch run in parallel, each in its own thread,
+each step recorded in the run's state file (``state.StateStore``) before the next begins. Hosts
+interrupted mid-step (a lost connection, Ctrl-C, a killed controller) are taken up again by
+``--resume`` at the step they were in; every step is idempotent, so repeating the interrupted one
+is safe, and finished hosts are never touched again.
+
+The GPU roles are converged through the engine (``DeploySession`` for the plan, ``Executor`` to
+run it) for one host at a time, with the target driver as an extra variable and
+``nvidia_driver_reboot=never``: the first converge ("installing") installs the pinned packages and
+stops at the role's "loaded kernel module" check when a reboot is needed; the rollout reboots (or
+reloads the modules) itself, then converges again ("starting") so that DCGM, its CUDA variant and
+the exporter come up on the new driver and the roles verify them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deployer import status
+from deployer.connection import CommandResult, Connection, LocalConnection
+from deployer.errors import HostUnreachable
+from deployer.executor import Executor
+from deployer.modules.reboot import REBOOT_COMMAND
+from deployer.plan import HostPlan, PlannedTask
+from deployer.results import RunReport, Status, TaskResult
+from deployer.rollout import batching, hostops, monitoring
+from deployer.rollout.drain import DrainHook, node_name
+from deployer.rollout.preflight import GPU_ROLES, HostTarget, target_vars
+from deployer.rollout.silences import SilenceError, Silences, host_matchers, silence_payload
+from deployer.rollout.state import FAILED, SKIPPED, TERMINAL, RunRecord, StateStore, next_step
+from deployer.session import DeploySession, RunOptions
+
+POLL_S = 5.0
+LOADED_CHECK_TASK = "the loaded kernel module is driver"
+Clock = Callable[[], float]
+
+
+class StepFailed(Exception):
+    """The host cannot go on: it stays where it is (drained, silenced) with this reason."""
+
+
+class Interrupted(Exception):
+    """The controller was asked to stop (Ctrl-C): the host stays in its step for --resume."""
+
+
+@dataclass
+class Settings:
+    """The run's knobs (from the command line, kept in the state file for --resume)."""
+
+    inventory: Path
+    extra_vars: list[str]
+    reboot: str = "auto"  # auto | always | never
+    job_timeout_s: int = 600
+    silence_minutes: int = 120
+    diag_level: int = 2
+    exporter_timeout_s: int = 120
+    prometheus_timeout_s: int = 240
+    reboot_timeout_s: int = 900
+
+
+class View:
+    """Progress callbacks (the live table implements them)."""
+
+    def changed(self, record: RunRecord, host: str) -> None:
+        pass
+
+    def detail(self, host: str, text: str) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        pass
+
+
+class _TaskEvents:
+    """Engine events of one host's converge, shown as that host's detail."""
+
+    def __init__(self, view: View, host: str) -> None:
+        self.view, self.host = view, host
+
+    def host_started(self, host: str) -> None:
+        pass
+
+    def task_started(self, host: str, task: PlannedTask) -> None:
+        self.view.detail(self.host, f"{task.role}: {task.name}")
+
+    def task_done(self, result: TaskResult) -> None:
+        pass
+
+    def host_done(self, host: str, status: str) -> None:
+        pass
+
+
+@dataclass
+class Rollout:
+    record: RunRecord
+    store: StateStore
+    targets: dict[str, HostTarget]
+    hook: DrainHook
+    settings: Settings
+    tier: monitoring.MonitoringTier
+    drain_connection: Callable[[], Connection] = LocalConnection
+    view: View = field(default_factory=View)
+    http_fetch: Callable[[str], status.Response] = status.http_fetch
+    silences: Silences | None = None
+    clock: Clock = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._conns: dict[str, Connection] = {}
+        self._drain_conn: Connection | None = None
+        self._drain_lock = threading.Lock()
+        if self.silences is None and self.tier.alertmanagers:
+            self.silences = Silences(self.tier.alertmanagers)
+        self._session = DeploySession.load(
+            RunOptions(inventory=self.settings.inventory, extra_vars=self._extra_vars()),
+            plan=False,
+        )
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> RunRecord:
+        """Drive the run to its end, a stop (max failures / unavailable) or an interruption."""
+        rec = self.record
+        rec.status, rec.stop_reason = "running", None
+        self.store.save(rec)
+        try:
+            for index, batch in enumerate(rec.batches):
+                if not self._run_batch(index, batch):
+                    break
+            else:
+                rec.status = "finished"
+        except KeyboardInterrupt:
+            self._stop.set()
+            rec.status = "interrupted"
+            rec.stop_reason = "interrupted (Ctrl-C): continue with --resume"
+        finally:
+            for c in self._conns.values():
+                c.close()
+            if self._drain_conn is not None:
+                self._drain_conn.close()
+            self.store.save(rec)
+        return rec
+
+    def _run_batch(self, index: int, batch: list[str]) -> bool:
+        """Run one batch to its end; False when the run must stop."""
+        rec = self.record
+        while True:
+            in_progress = [h for h in batch if rec.hosts[h].state not in TERMINAL | {"pending"}]
+            fresh = [h for h in batch if rec.hosts[h].state == "pending"]
+            if not in_progress and not fresh:
+                break
+            step = batching.next_hosts(
+                in_progress,
+                fresh,
+                out_of_service=rec.out_of_service(),
+                max_unavailable=rec.options["max_unavailable_hosts"],
+                failures=len(rec.failures()),
+                max_failures=rec.options["max_failures"],
+            )
+            if step.start:
+                self.view.message(f"batch {index + 1}/{len(rec.batches)}: {', '.join(step.start)}")
+                self._run_hosts(step.start)
+            if rec.status == "interrupted":
+                return False
+            if step.stop_reason and not [
+                h for h in batch if rec.hosts[h].state not in TERMINAL | {"pending"}
+            ]:
+                self._stopped(step.stop_reason)
+                return False
+        failed = [h for h in batch if rec.hosts[h].state == FAILED]
+        if index == 0 and rec.options.get("canary") and failed:
+            self._stopped(f"the canary failed ({', '.join(failed)}): no further batch is started")
+            return False
+        if len(rec.failures()) >= rec.options["max_failures"] and index + 1 < len(rec.batches):
+            self._stopped(
+                f"--max-failures {rec.options['max_failures']} reached "
+                f"({', '.join(rec.failures())}): no new batch is started"
+            )
+            return False
+        return True
+
+    def _stopped(self, reason: str) -> None:
+        self.record.status, self.record.stop_reason = "stopped", reason
+        self.view.message(f"stopped: {reason}")
+        self.store.save(self.record)
+
+    def _run_hosts(self, hosts: list[str]) -> None:
+        with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+            futures = [pool.submit(self._drive, h) for h in hosts]
+            try:
+                for f in futures:
+                    while not f.done():
+                        time.sleep(0.2)
+                    f.result()
+            except KeyboardInterrupt:
+                self._stop.set()
+                self.record.status = "interrupted"
+                self.record.stop_reason = "interrupted (Ctrl-C): continue with --resume"
+                for f in futures:
+                    f.exception()
+                raise
+
+    # ------------------------------------------------------------------ one host
+    def _drive(self, host: str) -> None:
+        rec = self.record.hosts[host]
+        if rec.state == "pending":
+            self._enter(host, "draining")
+        while rec.state not in TERMINAL:
+            if self._stop.is_set():
+                return
+            step = rec.state
+            try:
+                getattr(self, f"_step_{step}")(host)
+            except StepFailed as exc:
+                self._fail(host, str(exc))
+                return
+            except HostUnreachable as exc:
+                with self._lock:
+                    rec.notes.append(f"{step}: connection lost: {exc}")
+                    self.record.status = "interrupted"
+                    self.record.stop_reason = (
+                        f"{host}: connection lost during {step}; continue with --resume"
+                    )
+                self._drop(host)
+                self.store.save(self.record)
+                self.view.changed(self.record, host)
+                return
+            except Interrupted:
+                return
+            except Exception as exc:  # a bug must fail this host, not leave it unrecorded
+                self._fail(host, f"{type(exc).__name__}: {exc}")
+                return
+            self._enter(host, next_step(step))
+
+    def _enter(self, host: str, step: str) -> None:
+        rec = self.record.hosts[host]
+        with self._lock:
+            rec.state = step
+            rec.history.append([step, time.time()])
+        self.store.save(self.record)
+        self.view.changed(self.record, host)
+
+    def _fail(self, host: str, reason: str) -> None:
+        rec = self.record.hosts[host]
+        with self._lock:
+            rec.failed_step = rec.state
+            rec.reason = reason
+            rec.state = FAILED
+            rec.history.append([FAILED, time.time()])
+        self.store.save(self.record)
+        self.view.changed(self.record, host)
+
+    def _note(self, host: str, text: str) -> None:
+        with self._lock:
+            self.record.hosts[host].notes.append(text)
+        self.store.save(self.record)
+
+    # ------------------------------------------------------------------ connections
+    def _conn(self, host: str) -> Connection:
+        with self._lock:
+            conn = self._conns.get(host)
+        if conn is None or getattr(conn, "closed", False):
+            conn = self._session._open(host)
+            with self._lock:
+                self._conns[host] = conn
+        return conn
+
+    def _drop(self, host: str) -> None:
+        with self._lock:
+            conn = self._conns.pop(host, None)
+        if conn is not None:
+            conn.close()
+
+    def _run_on(self, host: str, command: str, *, timeout: float | None = None) -> CommandResult:
+        try:
+            return self._conn(host).run(command, timeout=timeout)
+        except HostUnreachable:
+            self._drop(host)
+            return self._conn(host).run(command, timeout=timeout)  # one reconnect
+
+    def _drain_run(self, command: str) -> CommandResult:
+        with self._drain_lock:
+            if self._drain_conn is None or getattr(self._drain_conn, "closed", False):
+                self._drain_conn = self.drain_connection()
+            conn = self._drain_conn
+        return conn.run(command, timeout=self.settings.job_timeout_s + 60)
+
+    def _wait(self, seconds: float) -> None:
+        if self._stop.wait(seconds):
+            raise Interrupted()
+
+    # ------------------------------------------------------------------ the steps
+    def _reason(self, host: str) -> str:
+        return (
+            f"gpumon-deploy upgrade-driver run {self.record.run_id}: "
+            f"driver {self.targets[host].before.get('driver_installed') or 'none'} -> "
+            f"{self.record.target['version']}"
+        )
+
+    def _step_draining(self, host: str) -> None:
+        rec = self.record.hosts[host]
+        node = node_name(self.hook.kind, host, self.targets[host].variables)
+        check = self.hook.command("is_drained", node, "")
+        if check is None:
+            return
+        if rec.was_drained is None:
+            with self._lock:
+                rec.was_drained = self._drain_run(check).rc == 0
+            self.store.save(self.record)
+        if not rec.was_drained:
+            result = self._drain_run(self.hook.command("drain", node, self._reason(host)) or "")
+            if result.rc != 0:
+                raise StepFailed(f"drain failed (rc={result.rc}): {_tail(result)}")
+            with self._lock:
+                rec.drained_by_run = True
+            self.store.save(self.record)
+        idle = self.hook.command("idle", node, "") or "true"
+        deadline = self.clock() + self.settings.job_timeout_s
+        while True:
+            result = self._drain_run(idle)
+            if result.rc == 0:
+                return
+            if self.clock() >= deadline:
+                raise StepFailed(
+                    f"the scheduler still runs work on {node} after "
+                    f"{self.settings.job_timeout_s}s: {_tail(result)}"
+                )
+            self.view.detail(host, f"waiting for the scheduler to empty {node}")
+            self._wait(POLL_S)
+
+    def _step_waiting_jobs(self, host: str) -> None:
+        check = self.targets[host].variables.get(
+            "nvidia_driver_check", "/usr/local/libexec/gpumon/nvidia-driver-check"
+        )
+        script = hostops.jobs_script(str(check))
+        deadline = self.clock() + self.settings.job_timeout_s
+        while True:
+            result = self._run_on(host, script, timeout=60)
+            if result.rc == 0:
+                return
+            if result.rc != 3:
+                raise StepFailed(f"cannot list GPU processes: {_tail(result)}")
+            if self.clock() >= deadline:
+                raise StepFailed(
+                    f"GPU compute processes still running after {self.settings.job_timeout_s}s: "
+                    + "; ".join(result.stdout.strip().splitlines()[:5])
+                )
+            self.view.detail(host, "GPU jobs: " + "; ".join(result.stdout.split("\n")[:2]))
+            self._wait(POLL_S)
+
+    def _step_silencing(self, host: str) -> None:
+        rec = self.record.hosts[host]
+        if self.silences is None:
+            if not any("not silenced" in n for n in rec.notes):
+                self._note(host, "no Alertmanager in the inventory: not silenced")
+            return
+        comment = self._reason(host)
+        for matchers in host_matchers(host, self.targets[host].address):
+            existing = self.silences.find(comment, matchers)
+            try:
+                if existing is None:
+                    payload = silence_payload(
+                        matchers,
+                        start=time.time(),
+                        minutes=self.settings.silence_minutes,
+                        comment=comment,
+                    )
+                    existing, peer = self.silences.create(payload, prefer=rec.silence_peer)
+                    with self._lock:
+                        rec.silence_peer = peer
+            except SilenceError as exc:
+                raise StepFailed(str(exc)) from exc
+            with self._lock:
+                if existing not in rec.silence_ids:
+                    rec.silence_ids.append(existing)
+            self.store.save(self.record)
+
+    def _step_stopping(self, host: str) -> None:
+        result = self._run_on(host, hostops.stop_services_script(), timeout=180)
+        if result.rc != 0:
+            raise StepFailed(f"stopping the GPU services failed: {_tail(result)}")
+
+    def _step_installing(self, host: str) -> None:
+        report = self._converge(host)
+        failed = _failed_tasks(report, host)
+        if report.host(host).unreachable:
+            raise HostUnreachable(report.host(host).unreachable)
+        if not failed:
+            return
+        # The one failure expected: the role's check that the loaded module is the target, when
+        # a reboot or reload is needed to load it (the next step does that).
+        t = failed[0]
+        if len(failed) == 1 and t.role == "nvidia_driver" and LOADED_CHECK_TASK in t.task:
+            return
+        raise StepFailed(f"converge failed at {t.role}: {t.task}: {t.error}")
+
+    def _step_rebooting(self, host: str) -> None:
+        rec = self.record.hosts[host]
+        want = self.record.target["version"]
+        loaded = self._run_on(host, hostops.LOADED_DRIVER, timeout=30).stdout.strip()
+        mode = self.settings.reboot
+        boot = self._run_on(host, hostops.BOOT_ID, timeout=30).stdout.strip()
+        marker = [n for n in rec.notes if n.startswith("boot before reboot: ")]
+        if mode == "always":
+            if marker and marker[-1].split(": ", 1)[1] != boot:
+                return  # rebooted already (a resumed run)
+        elif loaded == want:
+            return
+        if mode == "never":
+            self.view.detail(host, "reloading the NVIDIA kernel modules")
+            result = self._run_on(host, hostops.RELOAD_MODULES, timeout=300)
+            loaded = self._run_on(host, hostops.LOADED_DRIVER, timeout=30).stdout.strip()
+            if result.rc != 0 or loaded != want:
+                raise StepFailed(
+                    f"module reload did not load {want} (loaded: {loaded or 'none'}): "
+                    f"{_tail(result)}; reboot the host or use --reboot auto"
+                )
+            return
+        self._note(host, f"boot before reboot: {boot}")
+        self.view.detail(host, f"rebooting (loaded {loaded or 'none'}, want {want})")
+        self._reboot(host, boot)
+
+    def _reboot(self, host: str, old_boot: str) -> None:
+        with contextlib.suppress(HostUnreachable):
+            self._conn(host).run(REBOOT_COMMAND, timeout=30)
+        self._drop(host)
+        timeout = int(
+            self.targets[host].variables.get(
+                "nvidia_driver_reboot_timeout", self.settings.reboot_timeout_s
+            )
+        )
+        deadline = self.clock() + timeout
+        last = "no answer"
+        while self.clock() < deadline:
+            self._wait(2.0)
+            try:
+                answer = self._conn(host).run(
+                    f"{hostops.BOOT_ID}; systemctl is-system-running 2>/dev/null || true",
+                    timeout=30,
+                )
+            except HostUnreachable as exc:
+                self._drop(host)
+                last = str(exc)
+                continue
+            words = answer.stdout.split()
+            if not words or words[0] == old_boot:
+                self._drop(host)
+                last = "still the old boot"
+                continue
+            state = words[1] if len(words) > 1 else "unknown"
+            if state in ("running", "degraded"):
+                return
+            last = f"new boot, systemd is {state}"
+        raise StepFailed(f"not back within {timeout}s: {last}")
+
+    def _step_starting(self, host: str) -> None:
+        report = self._converge(host)
+        if report.host(host).unreachable:
+            raise HostUnreachable(report.host(host).unreachable)
+        failed = _failed_tasks(report, host)
+        if failed:
+            t = failed[0]
+            raise StepFailed(f"converge failed at {t.role}: {t.task}: {t.error}")
+
+    def _step_validating(self, host: str) -> None:
+        from deployer.rollout.validation import validate
+
+        problems, checks = validate(self, host)
+        with self._lock:
+            self.record.hosts[host].validation = checks
+        self.store.save(self.record)
+        if problems:
+            raise StepFailed("validation failed: " + "; ".join(problems))
+
+    def _step_undraining(self, host: str) -> None:
+        rec = self.record.hosts[host]
+        if not rec.drained_by_run:
+            if rec.was_drained:
+                self._note(host, "left drained: it was drained before the run")
+            return
+        node = node_name(self.hook.kind, host, self.targets[host].variables)
+        command = self.hook.command("resume", node, "")
+        if command is None:
+            return
+        result = self._drain_run(command)
+        if result.rc != 0:
+            raise StepFailed(f"undrain failed (rc={result.rc}): {_tail(result)}")
+
+    def _step_unsilencing(self, host: str) -> None:
+        rec = self.record.hosts[host]
+        if self.silences is None:
+            return
+        for sid in rec.silence_ids:
+            try:
+                self.silences.expire(sid, prefer=rec.silence_peer)
+            except SilenceError as exc:
+                raise StepFailed(str(exc)) from exc
+
+    # ------------------------------------------------------------------ converge
+    def _extra_vars(self) -> list[str]:
+        from deployer import compat
+
+        target = compat.DriverTarget(
+            requested=self.record.target["requested"],
+            branch=self.record.target["branch"],
+            version=self.record.target["version"],
+            listed=self.record.target.get("listed", True),
+        )
+        return [*self.settings.extra_vars, *target_vars(target), "nvidia_driver_reboot=never"]
+
+    def _converge(self, host: str) -> RunReport:
+        """The GPU roles' plays for ``host`` through the engine (facts gathered again)."""
+        session = DeploySession.load(
+            RunOptions(
+                inventory=self.settings.inventory, limit=host, extra_vars=self._extra_vars()
+            ),
+            plan=False,
+        )
+        try:
+            session.gather_facts([host])
+            if host in session.unreachable:
+                raise HostUnreachable(session.unreachable[host])
+            session.build_plan(session.facts)
+            plays = tuple(p for p in session.plays if p.roles and set(p.roles) <= set(GPU_ROLES))
+            plans = [
+                HostPlan(p.host, [hp for hp in p.plays if any(hp.play is q for q in plays)])
+                for p in session.plans
+            ]
+            executor = Executor(session.pool.get, events=_TaskEvents(self.view, host))
+            return executor.run(plans, plays, unreachable=session.unreachable)
+        finally:
+            session.pool.close_all()
+
+
+def _failed_tasks(report: RunReport, host: str) -> list[TaskResult]:
+    return [t for t in report.host(host).tasks if t.status == Status.FAILED]
+
+
+def _tail(result: CommandResult, lines: int = 3) -> str:
+    text = (result.stderr.strip() or result.stdout.strip()).splitlines()
+    return " | ".join(text[-lines:]) or f"exit status {result.rc}"
+
+
+def initial_record_skips(record: RunRecord, targets: dict[str, HostTarget]) -> None:
+    """Mark up-to-date hosts skipped (they need no upgrade)."""
+    for h, t in targets.items():
+        if t.up_to_date and record.hosts[h].state == "pending":
+            record.hosts[h].state = SKIPPED
+            record.hosts[h].reason = f"already runs {t.resolved.driver_version}"
+            record.hosts[h].history.append([SKIPPED, time.time()])

@@ -1,0 +1,176 @@
+"""What the rollout runs on a GPU host itself: the GPU-job probe, stopping the GPU services,
+rebooting or reloading the kernel modules, and the read-only validation probe.
+
+Shell text only (built here, unit-tested as text); the controller runs it over the host's SSH
+connection. Order of the stop and the reload follows NVIDIA's driver-container unload sequence
+(nvidia-driver.md §7): the exporter and DCGM hold /dev/nvidia* open, then persistenced and
+Fabric Manager; modules unload only when nothing holds them.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+# Compute processes on the GPUs (one CSV line each; nothing when idle). rc!=0: nvidia-smi failed.
+COMPUTE_APPS = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader"
+
+# Stopped before the packages change, in this order (dcgm-exporter first: it talks to
+# nv-hostengine; nvidia-dcgm-exporter is the CUDA repository package's own unit).
+GPU_SERVICES = (
+    "dcgm-exporter.service",
+    "nvidia-dcgm-exporter.service",
+    "nvidia-dcgm.service",
+    "nvidia-persistenced.service",
+    "nvidia-fabricmanager.service",
+)
+
+
+def stop_services_script(services: tuple[str, ...] = GPU_SERVICES) -> str:
+    """Stop every unit of ``services`` that exists; fail naming a unit that will not stop."""
+    names = " ".join(shlex.quote(s) for s in services)
+    return (
+        f"for u in {names}; do\n"
+        '  systemctl cat "$u" >/dev/null 2>&1 || continue\n'
+        '  systemctl stop "$u" || { echo "cannot stop $u" >&2; exit 1; }\n'
+        '  if systemctl is-active --quiet "$u"; then echo "$u still active" >&2; exit 1; fi\n'
+        "done"
+    )
+
+
+BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
+LOADED_DRIVER = (
+    "cat /sys/module/nvidia/version 2>/dev/null || "
+    "grep -m1 NVRM /proc/driver/nvidia/version 2>/dev/null | "
+    "grep -oE '[0-9]+\\.[0-9]+(\\.[0-9]+)?' | head -n1"
+)
+
+# nvidia-driver.md §7: refuse when a module is in use, then unload and load again.
+RELOAD_MODULES = r"""
+set -u
+for m in nvidia_uvm nvidia_modeset nvidia_drm nvidia_peermem; do
+  r=$(cat /sys/module/$m/refcnt 2>/dev/null || echo 0)
+  if [ "$r" -gt 0 ]; then echo "module $m is in use (refcnt $r): reboot instead" >&2; exit 1; fi
+done
+for m in nvidia_drm nvidia_modeset nvidia_uvm nvidia_peermem nvidia; do
+  if [ -d /sys/module/$m ]; then rmmod $m || { echo "rmmod $m failed" >&2; exit 1; }; fi
+done
+modprobe nvidia && modprobe nvidia_uvm && modprobe nvidia_modeset
+"""
+
+
+@dataclass(frozen=True)
+class ValidationProbe:
+    """What the host itself says after the upgrade (parsed from ``PROBE`` output)."""
+
+    loaded: str | None
+    smi_rc: int
+    smi_versions: tuple[str, ...]
+    smi_uuids: tuple[str, ...]
+    smi_error: str
+    health_rc: int
+    health_output: str
+    diag_rc: int | None
+    diag_output: str
+
+
+def probe_script(diag_level: int) -> str:
+    """One read-only script: loaded module, nvidia-smi GPUs and versions, dcgmi health, diag."""
+    diag = (
+        f'out=$(dcgmi diag -r {int(diag_level)} 2>&1); echo "@@diag_rc=$?"; printf "%s\\n" "$out"'
+        if diag_level > 0
+        else 'echo "@@diag_rc=skipped"'
+    )
+    return "\n".join(
+        [
+            'echo "@@loaded"',
+            f"{{ {LOADED_DRIVER}; }} || true",
+            'echo "@@smi"',
+            "out=$(nvidia-smi --query-gpu=driver_version,uuid --format=csv,noheader 2>&1); "
+            'rc=$?; printf "%s\\n" "$out"; echo "@@smi_rc=$rc"',
+            'echo "@@health"',
+            "out=$( (dcgmi health -s a >/dev/null 2>&1; dcgmi health -c) 2>&1); "
+            'rc=$?; printf "%s\\n" "$out"; echo "@@health_rc=$rc"',
+            'echo "@@diag"',
+            diag,
+            "true",
+        ]
+    )
+
+
+_RC = re.compile(r"^@@(\w+)_rc=(\S+)$")
+
+
+def parse_probe(stdout: str) -> ValidationProbe:
+    sections: dict[str, list[str]] = {}
+    rcs: dict[str, str] = {}
+    current = None
+    for line in stdout.splitlines():
+        m = _RC.match(line)
+        if m:
+            rcs[m.group(1)] = m.group(2)
+            continue
+        if line.startswith("@@"):
+            current = line[2:]
+            sections[current] = []
+            continue
+        if current is not None:
+            sections[current].append(line)
+    loaded = next((x.strip() for x in sections.get("loaded", []) if x.strip()), None)
+    smi_rc = int(rcs.get("smi", "1"))
+    versions, uuids = [], []
+    if smi_rc == 0:
+        for line in sections.get("smi", []):
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) == 2 and parts[1]:
+                versions.append(parts[0])
+                uuids.append(parts[1])
+    diag_rc = rcs.get("diag", "skipped")
+    return ValidationProbe(
+        loaded=loaded,
+        smi_rc=smi_rc,
+        smi_versions=tuple(versions),
+        smi_uuids=tuple(uuids),
+        smi_error="" if smi_rc == 0 else "\n".join(sections.get("smi", [])).strip(),
+        health_rc=int(rcs.get("health", "1")),
+        health_output="\n".join(sections.get("health", [])).strip(),
+        diag_rc=None if diag_rc == "skipped" else int(diag_rc),
+        diag_output="\n".join(sections.get("diag", [])).strip(),
+    )
+
+
+def scrape_script(url: str, basic_auth: bool) -> str:
+    """Scrape the exporter from the host itself (credentials, if any, on stdin as a curl config)."""
+    auth = " -K -" if basic_auth else ""
+    insecure = " -k" if url.startswith("https:") else ""
+    return f"curl -sS --max-time 10{insecure}{auth} --fail -- {shlex.quote(url)}"
+
+
+_DRIVER_LABEL = re.compile(r'DCGM_FI_DRIVER_VERSION="([^"]*)"')
+_UUID_LABEL = re.compile(r'[{,]UUID="([^"]*)"')
+
+
+def exporter_driver_labels(metrics: str) -> tuple[set[str], set[str]]:
+    """(driver versions in DCGM_FI_DRIVER_VERSION labels, GPU UUIDs) of a /metrics body."""
+    drivers, uuids = set(), set()
+    for line in metrics.splitlines():
+        if line.startswith("#"):
+            continue
+        drivers.update(_DRIVER_LABEL.findall(line))
+        uuids.update(_UUID_LABEL.findall(line))
+    return drivers, uuids
+
+
+def jobs_script(driver_check: str) -> str:
+    """Exit 0 when no GPU compute process runs, 3 (listing them) when some do, other on error.
+
+    The nvidia_driver role's check script answers even when nvidia-smi cannot (a driver/library
+    mismatch): it then looks for processes holding /dev/nvidia* open. Without it, nvidia-smi.
+    """
+    c = shlex.quote(driver_check)
+    return (
+        f"if [ -x {c} ]; then if {c} busy; then exit 3; fi; exit 0; fi\n"
+        f"out=$({COMPUTE_APPS}) || {{ printf '%s\\n' \"$out\" >&2; exit 2; }}\n"
+        'if [ -n "$out" ]; then printf \'%s\\n\' "$out"; exit 3; fi'
+    )

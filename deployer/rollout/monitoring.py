@@ -1,0 +1,83 @@
+"""The monitoring tier as the rollout sees it: Alertmanager peers to silence through, and the
+Prometheus replicas that must see an upgraded host's exporter up with the new driver label.
+
+Both come from the inventory and the roles' variables (``deployer.status.load_expectation``); an
+inventory without a Prometheus or Alertmanager host simply has no monitoring tier, and the
+rollout then neither silences nor queries.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deployer import status
+from deployer.errors import InputError
+
+Fetch = Callable[[str], status.Response]
+
+
+@dataclass
+class MonitoringTier:
+    alertmanagers: list[str] = field(default_factory=list)  # peer base URLs
+    replicas: list[tuple[str, str]] = field(default_factory=list)  # (host, base URL)
+    gpu_metric: str = "DCGM_FI_DEV_GPU_TEMP"
+
+    @property
+    def exists(self) -> bool:
+        return bool(self.alertmanagers or self.replicas)
+
+
+def load(inventory: Path, extra_vars: list[str]) -> MonitoringTier:
+    try:
+        exp = status.load_expectation(inventory, extra_vars)
+    except InputError as exc:
+        if "no host of the inventory is in a Prometheus or Alertmanager play" in exc.message:
+            return MonitoringTier()
+        raise
+    return MonitoringTier(
+        alertmanagers=[p.url for p in exp.alertmanagers],
+        replicas=[(r.host, r.url) for r in exp.replicas],
+        gpu_metric=exp.gpu_metric,
+    )
+
+
+def _query(fetch: Fetch, base: str, promql: str) -> tuple[list[dict] | None, str | None]:
+    r = fetch(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}")
+    if r.error is not None:
+        return None, r.error
+    if r.status != 200:
+        return None, f"HTTP {r.status}"
+    try:
+        data = json.loads(r.body)
+    except ValueError:
+        return None, "not JSON"
+    if data.get("status") != "success":
+        return None, str(data.get("error", data))
+    return data["data"]["result"], None
+
+
+def replica_sees(
+    fetch: Fetch, base: str, node: str, metric: str, driver: str, gpus: int
+) -> str | None:
+    """None when this replica scrapes every target of ``node`` (up == 1) and has ``gpus`` series
+    of ``metric`` labelled with the new driver; otherwise what is missing."""
+    up, err = _query(fetch, base, f'up{{node="{node}"}}')
+    if err is not None:
+        return f"query failed: {err}"
+    if not up:
+        return f"no target of {node}"
+    down = [s["metric"].get("job", "?") for s in up if s["value"][1] != "1"]
+    if down:
+        return f"target(s) of {node} down: {', '.join(sorted(down))}"
+    promql = f'count({metric}{{node="{node}",DCGM_FI_DRIVER_VERSION="{driver}"}})'
+    seen, err = _query(fetch, base, promql)
+    if err is not None:
+        return f"query failed: {err}"
+    count = int(float(seen[0]["value"][1])) if seen else 0
+    if count < gpus:
+        return f"{count}/{gpus} GPUs of {node} with DCGM_FI_DRIVER_VERSION={driver}"
+    return None

@@ -1,0 +1,197 @@
+"""Preflight of an ``upgrade-driver`` run: what the target means for every selected GPU host.
+
+For each host: its facts (read-only), its inventory plan retargeted to the driver of ``--to``
+(``compat.HostPlan.retarget``) and checked against the matrix with the host's GPUs from facts --
+so crossing into CUDA 13 switches the DCGM package variant (``-cuda13``, or ``-cuda12`` for
+Volta), and Fabric Manager follows the driver exactly -- and the versions before and after.
+A host whose plan the matrix refuses (a V100 past R580, say) is reported with the rule and the
+fix; the command then refuses the whole run (exit 2, nothing touched), and the user may ``--limit``
+such hosts out. A host that already runs the target (installed == loaded == nvidia-smi, and
+every DCGM/exporter/Fabric Manager version as planned) is up to date and is skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from deployer import compat
+from deployer import preflight as engine_preflight
+from deployer.errors import InputError, PlanRefused
+from deployer.facts import HostFacts
+from deployer.session import DeploySession, RunOptions
+
+GPU_ROLES = ("nvidia_driver", "dcgm", "dcgm_exporter")
+# Role variables the rollout reads, rendered for the host (they may be templates).
+ROLE_KEYS = (
+    "nvidia_driver_check",
+    "nvidia_driver_reboot_timeout",
+    "dcgm_exporter_verify_url",
+    "dcgm_exporter_basic_auth_users",
+    "dcgm_exporter_scrape_user",
+    "dcgm_exporter_scrape_password",
+)
+
+
+def target_vars(target: compat.DriverTarget) -> list[str]:
+    """Extra variables that point the GPU roles at the target driver (they override the
+    inventory's nvidia_driver_version / nvidia_driver_branch)."""
+    return [f"nvidia_driver_version={target.version}", f"nvidia_driver_branch={target.branch}"]
+
+
+@dataclass
+class HostTarget:
+    """One GPU host of the run, as preflight found it."""
+
+    host: str
+    address: str
+    variables: dict[str, Any]
+    facts: HostFacts
+    resolved: compat.ResolvedPlan
+    before: dict[str, Any]
+    after: dict[str, Any]
+    up_to_date: bool
+    mismatches: list[str] = field(default_factory=list)  # why it is not up to date
+
+    @property
+    def gpu_count(self) -> int:
+        return int(self.resolved.gpu_count)
+
+
+@dataclass
+class Preflight:
+    target: compat.DriverTarget
+    session: DeploySession
+    hosts: dict[str, HostTarget]
+    refusals: list[compat.Refusal]
+    unreachable: dict[str, str]
+
+
+def observed(f: HostFacts) -> compat.ObservedVersions:
+    return compat.ObservedVersions(
+        driver_installed=f.driver_installed,
+        driver_loaded=f.driver_loaded,
+        driver_smi=f.driver_smi,
+        module_flavour=f.kernel_module_flavour,
+        dcgm_version=f.dcgm_version,
+        dcgm_packages=tuple(
+            p for p in f.packages if p.startswith("datacenter-gpu-manager") and "exporter" not in p
+        ),
+        exporter_version=f.exporter_version,
+        fabricmanager_version=f.fabricmanager_version,
+        gpu_names=tuple(g.name for g in f.gpus),
+    )
+
+
+def versions_before(f: HostFacts) -> dict[str, Any]:
+    return {
+        "driver_installed": f.driver_installed,
+        "driver_loaded": f.driver_loaded,
+        "module_flavour": f.kernel_module_flavour,
+        "dcgm_version": f.dcgm_version,
+        "dcgm_package": f.dcgm_package,
+        "exporter_version": f.exporter_version,
+        "fabricmanager_version": f.fabricmanager_version,
+        "packages": dict(sorted(f.packages.items())),
+        "gpus": len(f.gpus),
+    }
+
+
+def versions_after(r: compat.ResolvedPlan) -> dict[str, Any]:
+    return {
+        "driver_version": r.driver_version,
+        "driver_branch": r.driver_branch,
+        "cuda_major": r.cuda_major,
+        "module_flavour": r.module_flavour,
+        "dcgm_version": r.dcgm_version,
+        "dcgm_packages": list(r.dcgm_packages),
+        "exporter_tag": r.exporter_tag,
+        "fabricmanager_version": r.fabricmanager_version,
+        "install": [p.apt for p in r.install],
+        "remove": list(r.remove),
+        "notes": list(r.notes),
+    }
+
+
+def rendered_vars(session: DeploySession, host: str, facts: HostFacts) -> dict[str, Any]:
+    """The host's inventory variables plus ``ROLE_KEYS`` rendered as the GPU roles see them."""
+    out = dict(session.host_variables(host))
+    planner = session.planner
+    if planner is None:
+        return out
+    planner.extra_context = {"facts": facts.to_json()}
+    done: set[str] = set()
+    for play in session.plays:
+        if not set(play.roles) & set(GPU_ROLES):
+            continue
+        scope = planner.host_vars(host, play)
+        for key in ROLE_KEYS:
+            if key not in done and key in scope:
+                out[key] = scope[key]
+                done.add(key)
+    return out
+
+
+def load_session(
+    inventory: Any, limit: str | None, extra_vars: list[str], target: compat.DriverTarget
+) -> DeploySession:
+    """The selected GPU hosts with the target's variables, role defaults included; templates
+    checked before any connection."""
+    session = DeploySession.load(
+        RunOptions(
+            inventory=inventory, limit=limit, extra_vars=[*extra_vars, *target_vars(target)]
+        ),
+        plan=False,
+    )
+    gpu = engine_preflight.gpu_hosts(session.inventory, session.hosts)
+    if not gpu:
+        raise InputError(
+            "no GPU host selected: upgrade-driver works on the hosts of the inventory group "
+            f"'{engine_preflight.GPU_GROUP}'" + (f" matching --limit {limit}" if limit else ""),
+            key="--limit" if limit else "-i",
+        )
+    session.hosts = gpu
+    session.build_plan()
+    return session
+
+
+def run_preflight(inventory: Any, limit: str | None, extra_vars: list[str], to: str) -> Preflight:
+    target = compat.resolve_target(to)
+    session = load_session(inventory, limit, extra_vars, target)
+    session.gather_facts(list(session.hosts))
+    refusals: list[compat.Refusal] = []
+    hosts: dict[str, HostTarget] = {}
+    plans = []
+    for h in session.hosts:
+        if h in session.unreachable:
+            continue
+        f = session.facts[h]
+        variables = session.host_variables(h)
+        names = [g.name for g in f.gpus] or None
+        plan = compat.plan_from_vars(h, variables, gpu_names=names).retarget(target)
+        plans.append(plan)
+    refusals = compat.check(plans)
+    refused = {r.host for r in refusals}
+    for plan in plans:
+        h = plan.host
+        if h in refused:
+            continue
+        try:
+            resolved = compat.resolve(plan)
+        except PlanRefused as exc:  # check() above agrees; kept for a clear message
+            refusals.append(compat.Refusal(h, "refused", str(exc), "see compat check"))
+            continue
+        f = session.facts[h]
+        mismatches = [str(m) for m in compat.verify(resolved, observed(f))]
+        hosts[h] = HostTarget(
+            host=h,
+            address=str(session.inventory.connection(h).address),
+            variables=rendered_vars(session, h, f),
+            facts=f,
+            resolved=resolved,
+            before=versions_before(f),
+            after=versions_after(resolved),
+            up_to_date=not mismatches and f.driver_loaded == resolved.driver_version,
+            mismatches=mismatches,
+        )
+    return Preflight(target, session, hosts, refusals, dict(session.unreachable))

@@ -1,0 +1,146 @@
+"""Validation of an upgraded host, before it goes back into service (checklist item 7 of the
+reference README; nvidia-driver.md §6, dcgm.md §6):
+
+- facts agree with the target plan (``compat.verify``): installed == loaded == nvidia-smi ==
+  target, Fabric Manager at the driver's version, DCGM version and CUDA variant, exporter;
+- nvidia-smi sees every GPU: ``gpu_count`` of them, every UUID the preflight saw;
+- ``dcgmi health -c`` passes and ``dcgmi diag -r LEVEL`` passes (level 0 skips the diag);
+- the exporter serves metrics of every GPU with ``DCGM_FI_DRIVER_VERSION`` = target (bounded
+  wait: it samples on its own interval);
+- every Prometheus replica scrapes the host (``up == 1``) and has its GPUs' series with the new
+  driver label (bounded wait: a scrape interval or two), when the inventory has Prometheus.
+
+Returns the problems (empty: valid) and the list of checks for the report.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from deployer import compat
+from deployer.facts import gather
+from deployer.rollout import hostops, monitoring
+from deployer.rollout.preflight import observed
+
+if TYPE_CHECKING:
+    from deployer.rollout.controller import Rollout
+
+
+def _check(checks: list[dict[str, Any]], name: str, problem: str | None, detail: str = "") -> None:
+    checks.append({"check": name, "ok": problem is None, "detail": problem or detail})
+
+
+def validate(ctl: Rollout, host: str) -> tuple[list[str], list[dict[str, Any]]]:
+    target = ctl.targets[host]
+    want = ctl.record.target["version"]
+    checks: list[dict[str, Any]] = []
+
+    facts = gather(ctl._conn(host))
+    mismatches = compat.verify(target.resolved, observed(facts))
+    _check(
+        checks,
+        "versions as planned",
+        "; ".join(m.message for m in mismatches) or None,
+        f"driver {want}, DCGM {target.resolved.dcgm_version} "
+        f"({', '.join(target.resolved.dcgm_packages)}), exporter {target.resolved.exporter_tag}",
+    )
+
+    probe = hostops.parse_probe(
+        ctl._run_on(host, hostops.probe_script(ctl.settings.diag_level), timeout=900).stdout
+    )
+    _check(
+        checks,
+        "loaded driver",
+        None if probe.loaded == want else f"loaded kernel module {probe.loaded or 'none'}",
+        want,
+    )
+    expected_uuids = {g.uuid for g in target.facts.gpus}
+    smi_problem = None
+    if probe.smi_rc != 0:
+        smi_problem = f"nvidia-smi fails: {probe.smi_error[:200]}"
+    elif set(probe.smi_versions) != {want}:
+        smi_problem = f"nvidia-smi reports {', '.join(sorted(set(probe.smi_versions)))}"
+    elif len(probe.smi_uuids) != target.gpu_count:
+        smi_problem = f"nvidia-smi sees {len(probe.smi_uuids)} GPUs, expected {target.gpu_count}"
+    elif not expected_uuids <= set(probe.smi_uuids):
+        smi_problem = "GPUs missing: " + ", ".join(sorted(expected_uuids - set(probe.smi_uuids)))
+    _check(checks, "nvidia-smi sees every GPU", smi_problem, f"{target.gpu_count} GPUs at {want}")
+    _check(
+        checks,
+        "dcgmi health",
+        None if probe.health_rc == 0 else f"dcgmi health -c: {probe.health_output[-300:]}",
+        "pass",
+    )
+    if probe.diag_rc is not None:
+        _check(
+            checks,
+            f"dcgmi diag -r {ctl.settings.diag_level}",
+            None if probe.diag_rc == 0 else f"dcgmi diag: {_fails(probe.diag_output)}",
+            "pass",
+        )
+
+    _check(checks, "exporter serves the new driver label", _exporter(ctl, host, want), want)
+    if ctl.tier.replicas:
+        _check(
+            checks,
+            "Prometheus replicas see the host",
+            _prometheus(ctl, host, want),
+            ", ".join(h for h, _ in ctl.tier.replicas),
+        )
+    problems = [f"{c['check']}: {c['detail']}" for c in checks if not c["ok"]]
+    return problems, checks
+
+
+def _fails(text: str) -> str:
+    lines = [x.strip() for x in text.splitlines() if "fail" in x.lower() or "error" in x.lower()]
+    return " | ".join(lines[:4]) or text[-300:]
+
+
+def _exporter(ctl: Rollout, host: str, want: str) -> str | None:
+    v = ctl.targets[host].variables
+    url = str(v.get("dcgm_exporter_verify_url") or "http://127.0.0.1:9400/metrics")
+    basic = bool(v.get("dcgm_exporter_basic_auth_users"))
+    stdin = None
+    if basic:
+        user, password = (
+            v.get("dcgm_exporter_scrape_user", ""),
+            v.get("dcgm_exporter_scrape_password", ""),
+        )
+        stdin = f'user = "{user}:{password}"\n'.encode()
+    deadline = ctl.clock() + ctl.settings.exporter_timeout_s
+    last = "not scraped"
+    while True:
+        conn = ctl._conn(host)
+        result = conn.run(hostops.scrape_script(url, basic), stdin=stdin, timeout=30)
+        if result.rc == 0:
+            drivers, uuids = hostops.exporter_driver_labels(result.stdout)
+            if drivers == {want} and len(uuids) >= ctl.targets[host].gpu_count:
+                return None
+            last = (
+                f"DCGM_FI_DRIVER_VERSION {', '.join(sorted(drivers)) or 'absent'} on "
+                f"{len(uuids)} GPUs"
+            )
+        else:
+            last = f"scraping {url} failed: {(result.stderr or result.stdout).strip()[-200:]}"
+        if ctl.clock() >= deadline:
+            return last
+        ctl._wait(3.0)
+
+
+def _prometheus(ctl: Rollout, host: str, want: str) -> str | None:
+    deadline = ctl.clock() + ctl.settings.prometheus_timeout_s
+    gpus = ctl.targets[host].gpu_count
+    while True:
+        problems = []
+        for name, base in ctl.tier.replicas:
+            why = monitoring.replica_sees(
+                ctl.http_fetch, base, host, ctl.tier.gpu_metric, want, gpus
+            )
+            if why is not None:
+                problems.append(f"{name}: {why}")
+        if not problems:
+            return None
+        if ctl.clock() >= deadline:
+            return "; ".join(problems)
+        ctl.view.detail(host, "waiting for Prometheus: " + problems[0])
+        ctl._wait(5.0)
