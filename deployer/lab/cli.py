@@ -260,3 +260,12 @@ def vagrant_inventory_cmd(
         _fail(exc)
         return
     click.echo(str(path))
+
+
+def _register_light() -> None:
+    from deployer.lab.light import light_command
+
+    lab.add_command(light_command())
+
+
+_register_light()

@@ -1,0 +1,428 @@
+"""Lightweight lab hosts for scale tests: one network namespace per host running only sshd.
+
+No systemd, no root filesystem of their own: each host is a namespace on the fleet's own bridge
+with an address from a private subnet reserved for it (``10.214.0.0/22`` unless told otherwise;
+traffic goes only to those namespaces), its own host key, and an sshd that accepts the fleet's
+root key. The hosts share this machine's filesystem, so a role run on them must write only under
+the host's ``bench_root`` variable (``<state>/roots/<host>``). Everything started is recorded by
+PID and start time; ``down`` ends exactly those processes, deletes the namespaces (their veths
+go with them) and the bridge, and recovers from a fleet killed without a teardown.
+
+The sshd binary comes from Debian's ``openssh-server`` package unpacked into the lab cache (the
+machine has no sshd of its own, and installing one would start a daemon on the machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deployer.lab import procs
+from deployer.lab.paths import cache_root, state_root
+
+DEFAULT_SUBNET = "10.214.0.0/22"
+MAX_HOSTS = 1000
+READY_TIMEOUT_S = 60.0
+SSHD_PACKAGES = ("openssh-server", "openssh-sftp-server")
+
+
+class LightError(RuntimeError):
+    """The fleet could not be brought up or down; the message says what and why."""
+
+
+@dataclass(frozen=True)
+class LightHost:
+    name: str
+    address: str
+    namespace: str
+    root: Path
+
+
+def sshd_dir() -> Path:
+    return cache_root() / "light-sshd"
+
+
+def ensure_sshd() -> tuple[Path, Path]:
+    """(sshd, sftp-server) unpacked from Debian's packages into the lab cache (once)."""
+    root = sshd_dir() / "root"
+    sshd = root / "usr/sbin/sshd"
+    sftp = root / "usr/lib/openssh/sftp-server"
+    if sshd.is_file() and sftp.is_file():
+        return sshd, sftp
+    debs = sshd_dir() / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        ["apt-get", "download", *SSHD_PACKAGES], cwd=debs, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise LightError(f"apt-get download {' '.join(SSHD_PACKAGES)}: {proc.stderr.strip()}")
+    for deb in debs.glob("*.deb"):
+        subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True, capture_output=True)
+    if not sshd.is_file() or not sftp.is_file():
+        raise LightError(f"sshd or sftp-server missing after unpacking into {root}")
+    return sshd, sftp
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise LightError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
+    return proc
+
+
+def _link_exists(name: str) -> bool:
+    return _ip("link", "show", "dev", name, check=False).returncode == 0
+
+
+def _namespaces() -> set[str]:
+    out = _ip("-j", "netns", "list", check=False).stdout or "[]"
+    try:
+        return {n["name"] for n in json.loads(out)}
+    except ValueError:
+        return set()
+
+
+class LightFleet:
+    """``count`` namespace hosts named ``<prefix>0001``...; state in ``<state root>/light-<name>``."""
+
+    def __init__(self, name: str = "bench", subnet: str = DEFAULT_SUBNET) -> None:
+        if not name or len(name) > 6 or not name.isalnum():
+            raise LightError("a light fleet name is 1-6 letters or digits")
+        self.name = name
+        self.subnet = ipaddress.IPv4Network(subnet)
+        self.dir = state_root() / f"light-{name}"
+        self.bridge = f"glb-{name}"
+        self.prefix = f"l{name}"
+
+    # ---- paths ---------------------------------------------------------------------------
+    @property
+    def private_key_path(self) -> Path:
+        return self.dir / "id_ed25519"
+
+    @property
+    def known_hosts_path(self) -> Path:
+        return self.dir / "known_hosts"
+
+    @property
+    def gateway(self) -> str:
+        return str(self.subnet.network_address + 1)
+
+    def host(self, i: int) -> LightHost:
+        name = f"{self.prefix}{i:04d}"
+        address = str(self.subnet.network_address + 1 + i)
+        return LightHost(name, address, f"glns-{self.name}-{i}", self.dir / "roots" / name)
+
+    def hosts(self) -> list[LightHost]:
+        state = self._state()
+        return [self.host(i) for i in range(1, int(state.get("count", 0)) + 1)]
+
+    def _state(self) -> dict[str, Any]:
+        try:
+            return dict(json.loads((self.dir / "fleet.json").read_text()))
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def _save(self, state: dict[str, Any]) -> None:
+        (self.dir / "fleet.json").write_text(json.dumps(state, indent=1))
+
+    # ---- up ------------------------------------------------------------------------------
+    def up(self, count: int, *, ready_timeout: float = READY_TIMEOUT_S) -> dict[str, float]:
+        """Bring ``count`` hosts up (a fleet already up is taken down first). Timings in s."""
+        if not 1 <= count <= min(MAX_HOSTS, self.subnet.num_addresses - 3):
+            raise LightError(f"count must be 1..{min(MAX_HOSTS, self.subnet.num_addresses - 3)}")
+        started = time.monotonic()
+        self.down()
+        sshd, sftp = ensure_sshd()
+        self._refuse_taken_subnet()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o700)
+        (self.dir / "hosts").mkdir(exist_ok=True)
+        self._client_key()
+        privsep = Path("/run/sshd")  # sshd's privilege separation directory (empty)
+        created_privsep = not privsep.exists()
+        privsep.mkdir(mode=0o755, exist_ok=True)
+        self._passwd()
+        base_state: dict[str, Any] = {
+            "count": count,
+            "subnet": str(self.subnet),
+            "bridge": self.bridge,
+            "created_privsep": created_privsep,
+        }
+        self._save({**base_state, "pids": {}})
+        _ip("link", "add", "name", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"{self.gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
+        _ip("link", "set", "dev", self.bridge, "up")
+        hosts = [self.host(i) for i in range(1, count + 1)]
+
+        def prepare(h: LightHost) -> str:
+            self._network(h)
+            h.root.mkdir(parents=True, exist_ok=True)
+            return self._host_key(h)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            keys = list(pool.map(prepare, hosts))
+        self.known_hosts_path.write_text(
+            "".join(f"{h.name},{h.address} {k}\n" for h, k in zip(hosts, keys, strict=True))
+        )
+        pids: dict[str, dict[str, Any]] = {}
+        for h in hosts:
+            proc = self._start_sshd(h, sshd, sftp)
+            pids[h.name] = {"pid": proc.pid, "start": procs.start_time(proc.pid)}
+        self._save({**base_state, "pids": pids})
+        timings = {"started": time.monotonic() - started}
+        self._wait_ready(hosts, ready_timeout)
+        timings["ready"] = time.monotonic() - started
+        return timings
+
+    def _refuse_taken_subnet(self) -> None:
+        everything = json.loads(_ip("-j", "addr", "show").stdout or "[]")
+        for iface in everything:
+            for a in iface.get("addr_info", []):
+                if a.get("family") != "inet":
+                    continue
+                if ipaddress.IPv4Address(a["local"]) in self.subnet:
+                    raise LightError(
+                        f"subnet {self.subnet} is already used by {iface['ifname']} "
+                        f"({a['local']}); choose another subnet"
+                    )
+
+    def _network(self, h: LightHost) -> None:
+        i = int(h.name[len(self.prefix) :])
+        outer = f"glv{self.name}-{i}"[:15]
+        _ip("netns", "add", h.namespace)
+        _ip("link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", h.namespace)
+        _ip("link", "set", "dev", outer, "master", self.bridge, "up")
+        ns = ("-n", h.namespace)
+        _ip(*ns, "addr", "add", f"{h.address}/{self.subnet.prefixlen}", "dev", "eth0")
+        _ip(*ns, "link", "set", "dev", "eth0", "up")
+        _ip(*ns, "link", "set", "dev", "lo", "up")
+
+    def _passwd(self) -> None:
+        lines = Path("/etc/passwd").read_text().splitlines()
+        if not any(line.startswith("sshd:") for line in lines):
+            used = {int(line.split(":")[2]) for line in lines if line.count(":") >= 6}
+            uid = next(u for u in range(64900, 65500) if u not in used)
+            lines.append(f"sshd:x:{uid}:65534::/run/sshd:/usr/sbin/nologin")
+        (self.dir / "passwd").write_text("\n".join(lines) + "\n")
+        os.chmod(self.dir / "passwd", 0o644)
+
+    def _client_key(self) -> None:
+        key = self.private_key_path
+        if not key.is_file():
+            subprocess.run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    f"gpumon-light-{self.name}",
+                    "-f",
+                    str(key),
+                ],
+                check=True,
+                capture_output=True,
+            )
+        os.chmod(key, 0o600)
+        auth = self.dir / "authorized_keys"
+        auth.write_text(key.with_suffix(".pub").read_text())
+        os.chmod(auth, 0o600)
+
+    def _host_key(self, h: LightHost) -> str:
+        d = self.dir / "hosts" / h.name
+        d.mkdir(parents=True, exist_ok=True)
+        key = d / "ssh_host_ed25519_key"
+        if not key.is_file():
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", h.name, "-f", str(key)],
+                check=True,
+                capture_output=True,
+            )
+        pub = key.with_suffix(".pub").read_text().split()
+        config = d / "sshd_config"
+        config.write_text(
+            "\n".join(
+                [
+                    f"ListenAddress {h.address}:22",
+                    f"HostKey {key}",
+                    f"PidFile {d / 'sshd.pid'}",
+                    f"AuthorizedKeysFile {self.dir / 'authorized_keys'}",
+                    "PermitRootLogin prohibit-password",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "UsePAM no",
+                    "MaxSessions 64",
+                    "MaxStartups 100:30:200",
+                    f"Subsystem sftp {sshd_dir() / 'root/usr/lib/openssh/sftp-server'}",
+                    "",
+                ]
+            )
+        )
+        return f"{pub[0]} {pub[1]}"
+
+    def _start_sshd(self, h: LightHost, sshd: Path, sftp: Path) -> subprocess.Popen[bytes]:
+        d = self.dir / "hosts" / h.name
+        log = open(d / "sshd.log", "ab")  # noqa: SIM115 - handed to the child
+        try:
+            return subprocess.Popen(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    h.namespace,
+                    # sshd needs its privilege separation user: a private mount namespace sees a
+                    # passwd file that has it, so the machine's own /etc/passwd stays as it is.
+                    "unshare",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    f"mount --bind {self.dir / 'passwd'} /etc/passwd && exec {sshd} -D -e -f "
+                    f"{d / 'sshd_config'}",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+        finally:
+            log.close()
+
+    def _wait_ready(self, hosts: list[LightHost], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        waiting = list(hosts)
+        for _ in range(int(timeout / 0.1) + 1):
+            waiting = [h for h in waiting if not _answers_ssh(h.address)]
+            if not waiting or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if waiting:
+            raise LightError(
+                f"{len(waiting)} hosts not answering SSH after {timeout:.0f}s "
+                f"(first: {waiting[0].name}; see {self.dir / 'hosts' / waiting[0].name / 'sshd.log'})"
+            )
+
+    # ---- down ----------------------------------------------------------------------------
+    def down(self) -> None:
+        """End the fleet's sshd processes (by recorded PID), delete its namespaces, veths and
+        bridge, and its state. Safe to run on a fleet killed without a teardown, or none."""
+        state = self._state()
+        _end_all(
+            [
+                procs.Tracked(int(r["pid"]), int(r["start"]))
+                for r in (state.get("pids") or {}).values()
+                if r.get("start") is not None
+            ]
+        )
+        ours = {n for n in _namespaces() if n.startswith(f"glns-{self.name}-")}
+        for ns in sorted(ours):
+            _ip("netns", "delete", ns, check=False)
+        if state.get("created_privsep"):
+            with contextlib.suppress(OSError):  # not empty, or gone: not ours to clear
+                Path("/run/sshd").rmdir()
+        # A veth whose namespace is gone goes with it, but not always at once: delete any left.
+        links = json.loads(_ip("-j", "link", "show", check=False).stdout or "[]")
+        for link in links:
+            if str(link.get("ifname", "")).startswith(f"glv{self.name}-"):
+                _ip("link", "delete", "dev", link["ifname"], check=False)
+        if _link_exists(self.bridge):
+            _ip("link", "delete", "dev", self.bridge, "type", "bridge", check=False)
+        if self.dir.is_dir():
+            shutil.rmtree(self.dir)
+
+    def inventory_hosts(self) -> list[dict[str, Any]]:
+        return [
+            {"name": h.name, "address": h.address, "bench_root": str(h.root)} for h in self.hosts()
+        ]
+
+
+def _answers_ssh(address: str) -> bool:
+    try:
+        with socket.create_connection((address, 22), timeout=0.5) as s:
+            s.settimeout(0.5)
+            return s.recv(4).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def _end_all(records: list[procs.Tracked]) -> None:
+    """SIGTERM each recorded sshd that is still the process we started, and its connection
+    children; SIGKILL what is left after 5 s."""
+    tracked: list[procs.Tracked] = []
+    for rec in records:
+        if not rec.alive():
+            continue
+        for child in procs.descendants(rec.pid):
+            try:
+                tracked.append(procs.track(child))
+            except ProcessLookupError:
+                continue
+        tracked.append(rec)
+    for t in tracked:
+        t.signal(signal.SIGTERM)
+    procs.kill_hard(procs.wait_gone(tracked, 5.0))
+
+
+# ---------------------------------------------------------------- CLI: gpumon-deploy lab light
+
+
+def light_command() -> Any:
+    """The ``lab light`` click group (up / down / inventory), registered by deployer.lab.cli."""
+    import click
+
+    @click.group("light")
+    def light() -> None:
+        """Lightweight hosts for scale tests: network namespaces running only sshd."""
+
+    name_option = click.option("--name", default="bench", show_default=True)
+
+    @light.command("up")
+    @click.option("--count", type=click.IntRange(1, MAX_HOSTS), required=True)
+    @click.option("--subnet", default=DEFAULT_SUBNET, show_default=True)
+    @name_option
+    def up_cmd(count: int, subnet: str, name: str) -> None:
+        """Bring COUNT hosts up (replacing the fleet's previous hosts)."""
+        fleet = LightFleet(name, subnet)
+        try:
+            timings = fleet.up(count)
+        except (LightError, OSError, subprocess.CalledProcessError) as exc:
+            fleet.down()
+            raise click.ClickException(str(exc)) from exc
+        click.echo(json.dumps({k: round(v, 2) for k, v in timings.items()}))
+
+    @light.command("down")
+    @name_option
+    def down_cmd(name: str) -> None:
+        """End every sshd, delete the namespaces, veths and bridge."""
+        LightFleet(name).down()
+
+    @light.command("hosts")
+    @name_option
+    def hosts_cmd(name: str) -> None:
+        """Print the hosts as JSON (name, address, bench_root) with the key and known_hosts."""
+        fleet = LightFleet(name)
+        click.echo(
+            json.dumps(
+                {
+                    "private_key": str(fleet.private_key_path),
+                    "known_hosts": str(fleet.known_hosts_path),
+                    "hosts": fleet.inventory_hosts(),
+                },
+                indent=1,
+            )
+        )
+
+    return light
