@@ -118,7 +118,14 @@ def _already_out(pre: Preflight, hook: DrainHook, opener) -> dict[str, str]:
             if check is None:
                 continue
             conn = conn or opener()
-            if conn.run(check, timeout=120).rc == 0:
+            result = conn.run(check, timeout=120)
+            if result.rc == 127:
+                raise InputError(
+                    f"the {hook.kind} drain hook cannot run on the drain host: "
+                    f"{(result.stderr or result.stdout).strip()[-200:]}",
+                    key="--drain",
+                )
+            if result.rc == 0:
                 out[h] = f"drained before the run ({hook.kind})"
     finally:
         if conn is not None:
@@ -128,8 +135,10 @@ def _already_out(pre: Preflight, hook: DrainHook, opener) -> dict[str, str]:
 
 def _new_record(req: UpgradeRequest, pre: Preflight, hook: DrainHook, opener) -> RunRecord:
     hosts = [h for h in pre.session.hosts if h in pre.hosts]
+    # hosts already at the target are skipped, so the canary is a host that really upgrades
+    todo = [h for h in hosts if not pre.hosts[h].up_to_date]
     options = _options(req, len(pre.session.hosts))
-    batches = plan_batches(hosts, options["canary"], options["batch_size_hosts"])
+    batches = plan_batches(todo, options["canary"], options["batch_size_hosts"])
     unavailable = _already_out(pre, hook, opener)
     t = pre.target
     record = RunRecord(
@@ -146,16 +155,16 @@ def _new_record(req: UpgradeRequest, pre: Preflight, hook: DrainHook, opener) ->
         hosts={},
         unavailable_before=unavailable,
     )
-    for i, batch in enumerate(batches):
-        for h in batch:
-            ht = pre.hosts[h]
-            record.hosts[h] = HostRecord(
-                host=h,
-                batch=i,
-                before=ht.before,
-                after=ht.after,
-                was_drained=True if unavailable.get(h, "").startswith("drained") else None,
-            )
+    batch_of = {h: i for i, b in enumerate(batches) for h in b}
+    for h in hosts:
+        ht = pre.hosts[h]
+        record.hosts[h] = HostRecord(
+            host=h,
+            batch=batch_of.get(h, -1),
+            before=ht.before,
+            after=ht.after,
+            was_drained=True if unavailable.get(h, "").startswith("drained") else None,
+        )
     initial_record_skips(record, pre.hosts)
     return record
 

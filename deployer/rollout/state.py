@@ -51,7 +51,8 @@ STEPS = (
 FAILED = "failed"
 SKIPPED = "skipped"
 TERMINAL = frozenset({"done", FAILED, SKIPPED})
-# Steps during which the host is out of service (counted against --max-unavailable).
+# Steps during which the host is out of service (counted against --max-unavailable): from the
+# drain until the scheduler has it back.
 OUT_OF_SERVICE = frozenset(STEPS[1:10])
 
 

@@ -86,6 +86,9 @@ def table(record: RunRecord, details: dict[str, str] | None = None) -> Table:
                 time.strftime("%H:%M:%S", time.localtime(since)) if since else "",
                 (details or {}).get(h) or r.reason or "",
             )
+    for h, r in record.hosts.items():
+        if r.batch < 0:
+            t.add_row("-", h, f"[{_STYLE.get(r.state, 'yellow')}]{r.state}[/]", "", r.reason or "")
     return t
 
 
@@ -116,6 +119,9 @@ def plan_text(plan: dict[str, Any]) -> str:
     ]
     for h, why in plan["unavailable_before"].items():
         out.append(f"  out of service before the run: {h} ({why})")
+    for h, hp in plan["hosts"].items():
+        if hp["skip"]:
+            out.append(f"  {h}: SKIPPED: {hp['skip']}")
     for i, batch in enumerate(plan["batches"]):
         out.append(f"batch {i + 1}{' (canary)' if i == 0 and plan['options']['canary'] else ''}:")
         for h in batch:
@@ -142,6 +148,4 @@ def plan_text(plan: dict[str, Any]) -> str:
                 out.append(f"    note: {note}")
             out.append(f"    drain: {hp['drain']}")
             out.append(f"    silence: {hp['silence']}")
-            if hp["skip"]:
-                out.append(f"    SKIPPED: {hp['skip']}")
     return "\n".join(out)

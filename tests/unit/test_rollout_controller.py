@@ -1,0 +1,219 @@
+"""The rollout controller's state machine, with the steps replaced by recorders: the order of
+steps, the state file after every transition, batches, --max-unavailable, --max-failures, the
+canary, resume without repeating finished work, and a lost connection left for --resume."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from deployer.errors import HostUnreachable
+from deployer.rollout import monitoring
+from deployer.rollout.controller import Rollout, Settings, StepFailed
+from deployer.rollout.drain import NoDrain
+from deployer.rollout.state import STEPS, HostRecord, RunRecord, StateStore
+
+WORK_STEPS = STEPS[1:-1]  # draining .. unsilencing
+
+INVENTORY = """\
+all:
+  children:
+    gpu:
+      hosts:
+        g1: {ansible_host: 127.0.0.1}
+        g2: {ansible_host: 127.0.0.1}
+        g3: {ansible_host: 127.0.0.1}
+        g4: {ansible_host: 127.0.0.1}
+        g5: {ansible_host: 127.0.0.1}
+"""
+
+
+class Recorded(Rollout):
+    """Every step records (host, step); ``fail`` maps host -> step that raises StepFailed;
+    ``lose`` maps host -> step that loses the connection. Tracks hosts running at once."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.calls: list[tuple[str, str]] = []
+        self.fail: dict[str, str] = {}
+        self.lose: dict[str, str] = {}
+        self.saved_states: list[dict[str, str]] = []
+        self.running: set[str] = set()
+        self.most_running = 0
+        self._calls_lock = threading.Lock()
+        original = self.store.save
+
+        def save(rec: RunRecord) -> None:
+            original(rec)
+            self.saved_states.append({h: r.state for h, r in rec.hosts.items()})
+
+        self.store.save = save  # type: ignore[method-assign]
+        for step in WORK_STEPS:
+            setattr(self, f"_step_{step}", self._make(step))
+
+    def _make(self, step: str):
+        def run(host: str) -> None:
+            with self._calls_lock:
+                self.calls.append((host, step))
+                self.running.add(host)
+                self.most_running = max(self.most_running, len(self.running))
+            time.sleep(0.002)
+            if self.lose.get(host) == step:
+                raise HostUnreachable(f"{host}: connection lost")
+            if self.fail.get(host) == step:
+                raise StepFailed(f"{step} broke")
+            if step == "unsilencing":
+                with self._calls_lock:
+                    self.running.discard(host)
+
+        return run
+
+
+def make(tmp_path: Path, batches, *, max_unavailable=2, max_failures=1, canary=1, states=None):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(INVENTORY)
+    hosts = {
+        h: HostRecord(host=h, batch=i, state=(states or {}).get(h, "pending"))
+        for i, b in enumerate(batches)
+        for h in b
+    }
+    rec = RunRecord(
+        run_id="r1",
+        inventory=str(inv),
+        target={"requested": "580", "branch": "580", "version": "580.126.20", "listed": True},
+        options={
+            "max_unavailable_hosts": max_unavailable,
+            "max_failures": max_failures,
+            "canary": canary,
+        },
+        batches=batches,
+        hosts=hosts,
+    )
+    store = StateStore.create(rec, tmp_path / "runs")
+    return Recorded(
+        record=rec,
+        store=store,
+        targets={},
+        hook=NoDrain(),
+        settings=Settings(inventory=inv, extra_vars=[]),
+        tier=monitoring.MonitoringTier(),
+    )
+
+
+def steps_of(r: Recorded, host: str) -> list[str]:
+    return [s for h, s in r.calls if h == host]
+
+
+def test_every_host_goes_through_every_step_in_order(tmp_path):
+    r = make(tmp_path, [["g1"], ["g2", "g3"]])
+    rec = r.run()
+    assert rec.status == "finished"
+    for h in ("g1", "g2", "g3"):
+        assert steps_of(r, h) == list(WORK_STEPS)
+        assert rec.hosts[h].state == "done"
+        assert [s for s, _ in rec.hosts[h].history] == list(STEPS[1:])
+
+
+def test_the_state_file_is_written_at_every_transition(tmp_path):
+    r = make(tmp_path, [["g1"]])
+    r.run()
+    seen = [s["g1"] for s in r.saved_states]
+    for step in STEPS[1:]:
+        assert step in seen
+    assert r.store.load().hosts["g1"].state == "done"
+
+
+def test_batches_run_one_after_another_hosts_of_a_batch_together(tmp_path):
+    r = make(tmp_path, [["g1"], ["g2", "g3"], ["g4", "g5"]], max_unavailable=2)
+    r.run()
+    first_of = {h: r.calls.index((h, "draining")) for h in ("g1", "g2", "g3", "g4", "g5")}
+    last_of = {h: r.calls.index((h, "unsilencing")) for h in ("g1", "g2", "g3", "g4", "g5")}
+    assert last_of["g1"] < min(first_of["g2"], first_of["g3"])
+    assert max(last_of["g2"], last_of["g3"]) < min(first_of["g4"], first_of["g5"])
+    assert r.most_running == 2
+
+
+def test_max_unavailable_counts_hosts_drained_before_the_run(tmp_path):
+    r = make(tmp_path, [["g1", "g2", "g3"]], max_unavailable=2)
+    r.record.unavailable_before = {"g5": "drained before the run (slurm)"}
+    rec = r.run()
+    assert rec.status == "finished"
+    assert r.most_running == 1  # g5 takes one of the two places
+
+
+def test_no_room_at_all_stops_the_run_naming_the_limit(tmp_path):
+    r = make(tmp_path, [["g1"]], max_unavailable=1)
+    r.record.unavailable_before = {"g5": "unreachable"}
+    rec = r.run()
+    assert rec.status == "stopped"
+    assert "--max-unavailable 1" in rec.stop_reason
+    assert r.calls == []
+
+
+def test_a_failure_leaves_the_host_where_it_failed_and_no_new_batch_starts(tmp_path):
+    r = make(tmp_path, [["g1"], ["g2", "g3"], ["g4"]], max_failures=1)
+    r.fail = {"g2": "validating"}
+    rec = r.run()
+    assert rec.status == "stopped" and "--max-failures 1" in rec.stop_reason
+    assert rec.hosts["g2"].state == "failed"
+    assert rec.hosts["g2"].failed_step == "validating"
+    assert rec.hosts["g2"].reason == "validating broke"
+    assert "undraining" not in steps_of(r, "g2") and "unsilencing" not in steps_of(r, "g2")
+    assert rec.hosts["g3"].state == "done"  # same batch: already running
+    assert rec.hosts["g4"].state == "pending" and steps_of(r, "g4") == []
+
+
+def test_max_failures_counts_over_the_whole_run(tmp_path):
+    r = make(tmp_path, [["g1"], ["g2"], ["g3"], ["g4"]], max_failures=2, canary=0)
+    r.fail = {"g1": "installing", "g3": "starting"}
+    rec = r.run()
+    assert [rec.hosts[h].state for h in ("g1", "g2", "g3", "g4")] == [
+        "failed", "done", "failed", "pending",
+    ]  # fmt: skip
+
+
+def test_a_failed_canary_stops_the_run_even_below_max_failures(tmp_path):
+    r = make(tmp_path, [["g1"], ["g2"]], max_failures=5, canary=1)
+    r.fail = {"g1": "validating"}
+    rec = r.run()
+    assert rec.status == "stopped" and "canary" in rec.stop_reason
+    assert steps_of(r, "g2") == []
+
+
+def test_resume_repeats_only_the_interrupted_step_and_never_a_finished_host(tmp_path):
+    r = make(
+        tmp_path,
+        [["g1"], ["g2", "g3"]],
+        states={"g1": "done", "g2": "rebooting", "g3": "pending"},
+    )
+    rec = r.run()
+    assert rec.status == "finished"
+    assert steps_of(r, "g1") == []
+    assert steps_of(r, "g2") == list(WORK_STEPS[WORK_STEPS.index("rebooting") :])
+    assert steps_of(r, "g3") == list(WORK_STEPS)
+
+
+def test_a_lost_connection_interrupts_the_run_and_keeps_the_step_for_resume(tmp_path):
+    r = make(tmp_path, [["g1"], ["g2"]])
+    r.lose = {"g1": "rebooting"}
+    rec = r.run()
+    assert rec.status == "interrupted" and "--resume" in rec.stop_reason
+    assert rec.hosts["g1"].state == "rebooting"
+    assert steps_of(r, "g2") == []
+    (tmp_path / "again").mkdir()
+    again = make(tmp_path / "again", [["g1"], ["g2"]], states={"g1": "rebooting"})
+    again.record.hosts["g1"] = r.store.load().hosts["g1"]
+    rec = again.run()
+    assert rec.status == "finished"
+    assert steps_of(again, "g1")[0] == "rebooting"
+
+
+@pytest.mark.parametrize("state", ["done", "skipped", "failed"])
+def test_hosts_in_a_final_state_are_left_alone(tmp_path, state):
+    r = make(tmp_path, [["g1"], ["g2"]], states={"g1": state}, max_failures=3, canary=0)
+    r.run()
+    assert steps_of(r, "g1") == []
+    assert r.record.hosts["g2"].state == "done"
