@@ -4,7 +4,8 @@ No systemd, no root filesystem of their own: each host is a namespace on the fle
 with an address from a private subnet reserved for it (``10.214.0.0/22`` unless told otherwise;
 traffic goes only to those namespaces), its own host key, and an sshd that accepts the fleet's
 root key. The hosts share this machine's filesystem, so a role run on them must write only under
-the host's ``bench_root`` variable (``<state>/roots/<host>``). Everything started is recorded by
+the host's ``bench_root`` variable (``<state>/roots/<host>``). Sessions see a passwd file of
+their own in which root has a fresh home and ``/bin/sh`` (no profile of the machine's root). Everything started is recorded by
 PID and start time; ``down`` ends exactly those processes, deletes the namespaces (their veths
 go with them) and the bridge, and recovers from a fleet killed without a teardown.
 
@@ -209,7 +210,14 @@ class LightFleet:
         _ip(*ns, "link", "set", "dev", "lo", "up")
 
     def _passwd(self) -> None:
-        lines = Path("/etc/passwd").read_text().splitlines()
+        # root logs in to a home of its own with a plain /bin/sh: the machine's root shell
+        # profile (pyenv, say) is not part of a host.
+        home = self.dir / "root-home"
+        home.mkdir(mode=0o700, exist_ok=True)
+        lines = [
+            f"root:x:0:0:root:{home}:/bin/sh" if line.startswith("root:") else line
+            for line in Path("/etc/passwd").read_text().splitlines()
+        ]
         if not any(line.startswith("sshd:") for line in lines):
             used = {int(line.split(":")[2]) for line in lines if line.count(":") >= 6}
             uid = next(u for u in range(64900, 65500) if u not in used)

@@ -1,0 +1,168 @@
+"""How cost grows with hosts: the file/template-only role on 1, 10, 50 and 200 lightweight hosts
+(network namespaces running only sshd; deployer/lab/light.py), for gpumon-deploy and the peers.
+Wall time, controller CPU seconds and peak RSS; no-op medians, interleaved, plus one cold run.
+
+    .venv/bin/python -m bench.scale --sizes 1,10,50,200 --runs 3
+
+The fleet is brought up for the run and torn down afterwards (namespaces, sshd, veths, bridge).
+Writes ``bench/results/scale-<date>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.converge import machine, tool_versions
+from bench.measure import Sample, summarise, table
+from bench.tools import BENCH_DIR, Fleet, Prepared, Target, available, files_workload
+
+# Peers beyond these sizes take minutes per run on a 2-core machine (the hosts' side runs on the
+# same cores): the defaults stop them there and the result says so.
+PEER_MAX_HOSTS = {"ansible": 10, "pyinfra": 200, "gpumon": 1000, "floor": 1000}
+
+
+def fleet_of(light: Any, n: int) -> Fleet:
+    hosts = light.hosts()[:n]
+    return Fleet(
+        hosts=tuple(Target(h.name, h.address, vars={"bench_root": str(h.root)}) for h in hosts),
+        private_key=light.private_key_path,
+        known_hosts=light.known_hosts_path,
+    )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from deployer.lab.light import LightFleet
+
+    sizes = sorted(int(s) for s in args.sizes.split(",") if s)
+    tools = available([t for t in args.tools.split(",") if t])
+    limits = dict(PEER_MAX_HOSTS)
+    limits["ansible"] = args.ansible_max
+    limits["pyinfra"] = args.pyinfra_max
+    light = LightFleet(args.fleet)
+    samples: list[Sample] = []
+    skipped: dict[str, list[int]] = {}
+    try:
+        print(f"bringing up {max(sizes)} lightweight hosts", file=sys.stderr)
+        up = light.up(max(sizes))
+        print(f"  ready in {up['ready']:.1f}s", file=sys.stderr)
+        for n in sizes:
+            fleet = fleet_of(light, n)
+            prepared = Prepared(fleet, files_workload(), Path(args.workdir) / f"scale-{n}")
+            todo = [t for t in tools if n <= limits.get(t, 1000)]
+            skipped.update({t: [*skipped.get(t, []), n] for t in tools if t not in todo})
+            try:
+                for tool in (t for t in todo if t != "floor"):
+                    prepared.reset()
+                    s = prepared.run(tool, f"cold@{n}")
+                    samples.append(s)
+                    _show(s)
+                for r in range(args.runs):
+                    for tool in todo[r % len(todo) :] + todo[: r % len(todo)]:
+                        s = prepared.run(tool, f"noop@{n}")
+                        samples.append(s)
+                        _show(s)
+            finally:
+                prepared.reset()
+                prepared.close()
+    finally:
+        light.down()
+    summaries = summarise(samples)
+    return {
+        "benchmark": "scale",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join([".venv/bin/python -m bench.scale", *sys.argv[1:]]),
+        "machine": machine(),
+        "versions": tool_versions(),
+        "sizes": sizes,
+        "peer_sizes_skipped": skipped,
+        "summaries": [s.to_json() for s in summaries],
+        "suspect_runs": [
+            s.to_json()
+            for s in samples
+            if s.rc != 0
+            or (s.scenario.startswith("noop") and s.changed != 0)
+            or (s.scenario.startswith("cold") and not s.changed)
+        ],
+        "samples": [s.to_json() for s in samples],
+    }
+
+
+def _show(s: Sample) -> None:
+    flag = "" if s.rc == 0 else f"  FAILED: {s.note}"
+    print(
+        f"  {s.scenario:<9} {s.tool:<8} {s.wall_s:8.3f}s  cpu {s.cpu_s:7.2f}s"
+        f"  rss {s.peak_rss_mib:7.1f}MiB  changed={s.changed}{flag}",
+        file=sys.stderr,
+    )
+
+
+def growth(result: dict[str, Any], tool: str, field: str) -> float | None:
+    """Per-host growth of ``field`` (median no-op) between the smallest and largest size run."""
+    points = sorted(
+        (int(s["scenario"].split("@")[1]), s[field])
+        for s in result["summaries"]
+        if s["tool"] == tool and s["scenario"].startswith("noop@")
+    )
+    if len(points) < 2 or points[-1][0] == points[0][0]:
+        return None
+    (n0, v0), (n1, v1) = points[0], points[-1]
+    return (v1 - v0) / (n1 - n0)
+
+
+def render(result: dict[str, Any]) -> str:
+    rows = [["scenario", "tool", "wall s", "cpu s", "peak rss MiB", "runs"]]
+    for s in result["summaries"]:
+        rows.append(
+            [
+                s["scenario"],
+                s["tool"],
+                f"{s['median_wall_s']:.3f}",
+                f"{s['median_cpu_s']:.2f}",
+                f"{s['median_peak_rss_mib']:.0f}" if s["tool"] != "floor" else "-",
+                str(s["runs"]),
+            ]
+        )
+    lines = [table(rows), ""]
+    for tool in ("gpumon", "ansible", "pyinfra"):
+        per_host_mib = growth(result, tool, "median_peak_rss_mib")
+        per_host_s = growth(result, tool, "median_wall_s")
+        if per_host_mib is not None and per_host_s is not None:
+            lines.append(
+                f"{tool}: +{per_host_s * 1000:.1f} ms and +{per_host_mib * 1024:.0f} KiB peak RSS "
+                "per host (no-op)"
+            )
+    for tool, sizes in result["peer_sizes_skipped"].items():
+        lines.append(f"{tool}: not run at {', '.join(map(str, sizes))} hosts (too slow here)")
+    if result["suspect_runs"]:
+        lines.append(f"WARNING: {len(result['suspect_runs'])} runs failed or changed unexpectedly")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1,10,50,200")
+    parser.add_argument("--runs", type=int, default=3, help="no-op runs per tool and size")
+    parser.add_argument("--tools", default="gpumon,ansible,pyinfra,floor")
+    parser.add_argument("--ansible-max", type=int, default=PEER_MAX_HOSTS["ansible"])
+    parser.add_argument("--pyinfra-max", type=int, default=PEER_MAX_HOSTS["pyinfra"])
+    parser.add_argument("--fleet", default="bench", help="light fleet name")
+    parser.add_argument("--workdir", default="/var/cache/gpumon-bench")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    result = run(args)
+    print(render(result))
+    out = Path(args.out) if args.out else BENCH_DIR / "results" / (
+        f"scale-{datetime.date.today().isoformat()}.json"
+    )
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"written {out}")
+    return 1 if result["suspect_runs"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
