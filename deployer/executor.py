@@ -215,10 +215,18 @@ class Executor:
 
     def _converge(self, state: _HostState, hp: HostPlay, hreport: Any) -> None:
         conn = state.conn()
-        reads = batch_read(conn, hp.tasks)
+        module_tasks = [t for t in hp.tasks if not t.flush_handlers]
+        pre_reads = dict(zip(map(id, module_tasks), batch_read(conn, module_tasks), strict=True))
         changed_before = False
         notified: set[str] = set()
-        for task, pre_read in zip(hp.tasks, reads, strict=True):
+        for task in hp.tasks:
+            if task.flush_handlers:
+                if not self._run_handlers(state, hp, notified, hreport):
+                    return
+                notified.clear()
+                changed_before = True  # handlers may have moved any later task's state
+                continue
+            pre_read = pre_reads[id(task)]
             result = self._run_task(
                 state, task, None if changed_before else pre_read, changed_before
             )
@@ -230,16 +238,22 @@ class Executor:
             if result.status == Status.CHANGED:
                 changed_before = True
                 notified.update(task.notify)
+        self._run_handlers(state, hp, notified, hreport)
+
+    def _run_handlers(
+        self, state: _HostState, hp: HostPlay, notified: set[str], hreport: Any
+    ) -> bool:
+        """Run the notified handlers in handler-file order; False when one failed."""
         for name in hp.handler_order:
             if name not in notified:
                 continue
-            handler = hp.handlers[name]
-            result = self._run_task(state, handler, None, True, forced=True)
+            result = self._run_task(state, hp.handlers[name], None, True, forced=True)
             hreport.tasks.append(result)
             self.events.task_done(result)
             if result.status == Status.FAILED:
                 hreport.failed = True
-                return
+                return False
+        return True
 
     def _run_task(
         self,

@@ -16,7 +16,7 @@ from typing import Any
 from deployer.errors import InputError
 from deployer.modules import MODULES
 from deployer.modules.base import ArgError, Module, PrepareContext
-from deployer.roles import Play, Role, Task, load_role
+from deployer.roles import META, Play, Role, Task, load_role
 from deployer.templating import Renderer, TemplatedVars, make_environment
 
 ALWAYS = "always"
@@ -28,13 +28,17 @@ class PlannedTask:
 
     role: str
     name: str
-    module: Module
+    module: Module | None  # None: a flush_handlers point, not a module task
     args: dict[str, Any]
     source: str
     line: int | None
     notify: tuple[str, ...] = ()
     secret_args: frozenset[str] = frozenset()
     handler: bool = False
+
+    @property
+    def flush_handlers(self) -> bool:
+        return self.module is None
 
     @property
     def where(self) -> str:
@@ -220,6 +224,15 @@ class Planner:
     def _concrete(
         self, role: Role, task: Task, scope: Mapping[str, Any], item: Any, handler: bool
     ) -> PlannedTask:
+        if task.module == META:
+            return PlannedTask(
+                role=role.name,
+                name=task.name,
+                module=None,
+                args={},
+                source=task.source,
+                line=task.line,
+            )
         module = MODULES[task.module]()
         args = self.renderer.render_value(task.args, scope, task.source, task.line, task.module)
         name = self.renderer.render_value(task.name, scope, task.source, task.line, "name")

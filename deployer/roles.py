@@ -16,6 +16,10 @@ from deployer.modules import MODULES
 from deployer.yamlsrc import SourceDict, load_yaml_file
 
 TASK_KEYWORDS = {"name", "when", "loop", "loop_var", "notify", "tags"}
+# ``- meta: flush_handlers`` runs the handlers notified so far, here, instead of after the role
+# (so a verification after it sees the restarted service). The only meta action there is.
+META = "meta"
+META_ACTIONS = ("flush_handlers",)
 # The module whose arguments may be given as a bare string (``command: systemctl daemon-reload``).
 FREE_FORM = {"command": "cmd"}
 
@@ -86,6 +90,26 @@ def parse_task(role: str, data: Any, source: str, index: int) -> Task:
     if not isinstance(data, SourceDict):
         raise InputError(f"task #{index + 1} must be a mapping", source=source)
     line = data.line
+    if META in data:
+        action = data[META]
+        extra = [k for k in data if k not in (META, "name", "when", "tags")]
+        if action not in META_ACTIONS or extra:
+            raise InputError(
+                f"meta supports only {', '.join(META_ACTIONS)} (with name, when, tags)",
+                source=source,
+                line=data.line_of(META),
+                key=META,
+            )
+        return Task(
+            role=role,
+            name=str(data.get("name") or action),
+            module=META,
+            args={"action": action},
+            source=source,
+            line=line,
+            when=data.get("when"),
+            tags=_tags(data.get("tags"), source, data.line_of("tags"), "tags"),
+        )
     unknown = [k for k in data if k not in TASK_KEYWORDS and k not in MODULES]
     modules = [k for k in data if k in MODULES]
     if unknown:

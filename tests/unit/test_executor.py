@@ -187,3 +187,18 @@ def test_batch_read_splits_results_per_task(host_vars):
     results = batch_read(LocalConnection("h1"), tasks)
     assert len(results) == len(tasks)
     assert all(isinstance(r, CommandResult) and "exists=0" in r.stdout for r in results)
+
+
+def test_flush_handlers_runs_notified_handlers_at_that_point(tmp_path):
+    play = Play(name="flush", hosts="all", roles=("flushing",))
+    planner = Planner(FakeInventory({"h1": {"base": str(tmp_path)}}), [ROLES], None)
+    planner.load_roles((play,))
+    report = Executor(lambda h: LocalConnection(h)).run([planner.plan_host("h1", [play])], (play,))
+    assert [t.task for t in report.hosts["h1"].tasks] == [
+        "config",
+        "apply config",
+        "after the flush",
+    ]
+    again = Executor(lambda h: LocalConnection(h)).run([planner.plan_host("h1", [play])], (play,))
+    assert [t.task for t in again.hosts["h1"].tasks] == ["config", "after the flush"]
+    assert again.totals()["changed"] == 0
