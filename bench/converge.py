@@ -105,8 +105,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     tools = available([t for t in args.tools.split(",") if t])
     missing = sorted(set(args.tools.split(",")) - set(tools))
     if missing:
-        print(f"not installed, skipped: {', '.join(missing)} (pip install -e '.[bench]' into "
-              "$GPUMON_BENCH_VENV, see bench/README.md)", file=sys.stderr)
+        print(
+            f"not installed, skipped: {', '.join(missing)} (pip install -e '.[bench]' into "
+            "$GPUMON_BENCH_VENV, see bench/README.md)",
+            file=sys.stderr,
+        )
     work = Path(args.workdir) / f"converge-{os.getpid()}"
     prepared = Prepared(fleet, node_exporter_workload(key), work)
     samples: list[Sample] = []
@@ -143,9 +146,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     wrong = [
         s
         for s in measured
-        if s.rc != 0 or (s.scenario == "noop" and s.changed != 0) or (
-            s.scenario == "cold" and not s.changed
-        )
+        if s.rc != 0
+        or (s.scenario == "noop" and s.changed != 0)
+        or (s.scenario == "cold" and not s.changed)
     ]
     return {
         "benchmark": "converge",
@@ -203,20 +206,26 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.converge", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.converge", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--lab", default="bench", help="lab name (default: bench)")
     parser.add_argument("--runs", type=int, default=5, help="no-op runs per tool (default 5)")
     parser.add_argument("--cold-runs", type=int, default=5, help="cold runs per tool (default 5)")
     parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated subset")
     parser.add_argument("--workdir", default="/var/cache/gpumon-bench", help="scratch directory")
-    parser.add_argument("--out", default=None, help="result JSON (default bench/results/converge-DATE.json)")
+    parser.add_argument(
+        "--out", default=None, help="result JSON (default bench/results/converge-DATE.json)"
+    )
     args = parser.parse_args(argv)
     if args.runs < 1 or args.cold_runs < 0:
         parser.error("--runs must be >= 1 and --cold-runs >= 0")
     result = run(args)
     print(render(result))
-    out = Path(args.out) if args.out else BENCH_DIR / "results" / (
-        f"converge-{datetime.date.today().isoformat()}.json"
+    out = (
+        Path(args.out)
+        if args.out
+        else BENCH_DIR / "results" / (f"converge-{datetime.date.today().isoformat()}.json")
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")

@@ -171,7 +171,15 @@ def run_sizes(sizes: list[int], workdir: Path, timeout_s: float) -> list[dict[st
         started = time.perf_counter()
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "bench.planning", "--one", str(n), "--workdir", str(workdir)],
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.planning",
+                    "--one",
+                    str(n),
+                    "--workdir",
+                    str(workdir),
+                ],
                 cwd=REPO,
                 capture_output=True,
                 text=True,
@@ -189,13 +197,24 @@ def run_sizes(sizes: list[int], workdir: Path, timeout_s: float) -> list[dict[st
         got = json.loads(proc.stdout)
         got["wall_s"] = round(time.perf_counter() - started, 3)
         results.append(got)
-        print(f"  {n:>7} hosts: {got['total_s']:.2f}s, peak {got['peak_rss_mib']:.0f} MiB", file=sys.stderr)
+        print(
+            f"  {n:>7} hosts: {got['total_s']:.2f}s, peak {got['peak_rss_mib']:.0f} MiB",
+            file=sys.stderr,
+        )
     return results
 
 
 def render(results: list[dict[str, Any]]) -> str:
     names = ["inventory_load", "variable_resolution", "compatibility_check", "file_sd_generation"]
-    rows = [["hosts", *[n.replace("_", " ") + " s" for n in names], "total s", "peak RSS MiB", "KiB/host"]]
+    rows = [
+        [
+            "hosts",
+            *[n.replace("_", " ") + " s" for n in names],
+            "total s",
+            "peak RSS MiB",
+            "KiB/host",
+        ]
+    ]
     ok = [r for r in results if "stages" in r]
     for r in ok:
         base = ok[0]
@@ -220,7 +239,9 @@ def render(results: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.planning", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.planning", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--workdir", default="/var/cache/gpumon-bench/planning")
     parser.add_argument("--timeout", type=float, default=300.0, help="per size, seconds")
@@ -235,8 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     results = run_sizes(sizes, workdir, args.timeout)
     print(render(results))
-    out = Path(args.out) if args.out else BENCH_DIR / "results" / (
-        f"planning-{datetime.date.today().isoformat()}.json"
+    out = (
+        Path(args.out)
+        if args.out
+        else BENCH_DIR / "results" / (f"planning-{datetime.date.today().isoformat()}.json")
     )
     out.write_text(
         json.dumps(

@@ -144,7 +144,9 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.scale", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--sizes", default="1,10,50,200")
     parser.add_argument("--runs", type=int, default=3, help="no-op runs per tool and size")
     parser.add_argument("--tools", default="gpumon,ansible,pyinfra,floor")
@@ -156,8 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = run(args)
     print(render(result))
-    out = Path(args.out) if args.out else BENCH_DIR / "results" / (
-        f"scale-{datetime.date.today().isoformat()}.json"
+    out = (
+        Path(args.out)
+        if args.out
+        else BENCH_DIR / "results" / (f"scale-{datetime.date.today().isoformat()}.json")
     )
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"written {out}")

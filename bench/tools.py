@@ -114,7 +114,9 @@ def python_apt_bundle() -> bytes:
     have = {p.name.split("_")[0]: p for p in DEBS_DIR.glob("*.deb")}
     missing = [d for d in PYTHON_APT_DEBS if d not in have]
     if missing:
-        subprocess.run(["apt-get", "download", *missing], cwd=DEBS_DIR, check=True, capture_output=True)
+        subprocess.run(
+            ["apt-get", "download", *missing], cwd=DEBS_DIR, check=True, capture_output=True
+        )
         have = {p.name.split("_")[0]: p for p in DEBS_DIR.glob("*.deb")}
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -311,7 +313,9 @@ class Prepared:
         got = run_measured(argv, cwd=cwd, env=env, timeout_s=timeout_s)
         changed = parse(got.stdout + "\n" + got.stderr)
         note = "" if got.rc == 0 else _tail(got)
-        return Sample(tool, scenario, got.wall_s, got.cpu_s, got.peak_rss_mib, got.rc, changed, note)
+        return Sample(
+            tool, scenario, got.wall_s, got.cpu_s, got.peak_rss_mib, got.rc, changed, note
+        )
 
     def _command(
         self, tool: str

@@ -7,9 +7,15 @@ from pyinfra.operations import files
 ROOT = host.data.bench_root
 TEXTFILES = ["hardware", "software", "gpus", "rack", "schedule"]
 
-files.directory(name="config directory", path=f"{ROOT}/etc/bench", user="root", group="root", mode="755")
 files.directory(
-    name="textfile directory", path=f"{ROOT}/etc/bench/textfile", user="root", group="root", mode="755"
+    name="config directory", path=f"{ROOT}/etc/bench", user="root", group="root", mode="755"
+)
+files.directory(
+    name="textfile directory",
+    path=f"{ROOT}/etc/bench/textfile",
+    user="root",
+    group="root",
+    mode="755",
 )
 files.template(
     name="config file",
