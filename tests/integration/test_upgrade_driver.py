@@ -4,7 +4,9 @@ The module converges the GPU hosts at driver 580.65.06 and the monitoring tier f
 
 - a branch past R580 is refused for the V100 host (exit 2, nothing touched, no run recorded);
 - a host made to fail validation (``upgrade-validation`` fault: ``dcgmi diag`` fails) stops the
-  run at --max-failures 1; it stays drained and silenced; the host after it is untouched;
+  run at --max-failures 1; it stays drained and silenced (an alert it raises reaches nobody,
+  while the same alert on a host outside the run reaches the test's webhook); the host after it
+  is untouched;
 - a rolling upgrade (canary 1, batches of 2, --max-unavailable 2, a command drain hook run on
   mon01 as a login node) is killed with SIGKILL mid-run and finished by ``--resume``: the state
   file, sampled all along, never shows more than 2 hosts out of service and is never torn; no
@@ -19,6 +21,7 @@ Set ``GPUMON_ROLLOUT_LAB=<name>`` to run against another lab that is already up 
 from __future__ import annotations
 
 import calendar
+import http.server
 import json
 import os
 import signal
@@ -119,8 +122,75 @@ def run_dir(state_env: dict, stderr: str) -> Path:
     return Path(line.split("state in ", 1)[1].strip()).parent
 
 
+ALERT = "GPUMemoryTemperatureHigh"
+
+
+class WebhookReceiver:
+    """An Alertmanager webhook receiver on the lab bridge: records every notification."""
+
+    def __init__(self, address: str) -> None:
+        self.notifications: list[dict] = []
+        received, lock = self.notifications, threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with lock:
+                    received.append(json.loads(body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((address, 0), Handler)
+        self.url = f"http://{address}:{self.server.server_address[1]}/alerts"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def firing_for(self, node: str) -> list[dict]:
+        return [
+            a
+            for n in list(self.notifications)
+            for a in n.get("alerts", [])
+            if a["labels"].get("alertname") == ALERT
+            and a["labels"].get("node") == node
+            and a["status"] == "firing"
+        ]
+
+
 @pytest.fixture(scope="module")
-def baseline(ulab, inventory):
+def webhook(ulab):
+    receiver = WebhookReceiver(ulab.topology.gateway)
+    yield receiver
+    receiver.server.shutdown()
+
+
+def wait_until(what: str, probe, timeout: float, every: float = 3.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if probe():
+            return
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def prometheus_urls(inventory: dict) -> list[str]:
+    members = inventory["children"]["monitoring"]["children"]["prometheus"]["hosts"]
+    return [f"http://{inventory['hosts'][h]['ansible_host']}:9090" for h in members]
+
+
+def firing_in(url: str, node: str) -> bool:
+    alerts = http_json(f"{url}/api/v1/alerts")["data"]["alerts"]
+    return any(
+        a["labels"].get("alertname") == ALERT
+        and a["labels"].get("node") == node
+        and a["state"] == "firing"
+        for a in alerts
+    )
+
+
+@pytest.fixture(scope="module")
+def baseline(ulab, inventory, webhook):
     """GPU hosts at 580.65.06, faults healed, the monitoring tier converged."""
     for h in inventory["children"]["gpu"]["hosts"]:
         ulab.heal(h)
@@ -138,7 +208,24 @@ def baseline(ulab, inventory):
                "apt-mark unhold datacenter-gpu-manager-4-cuda12 >/dev/null; DEBIAN_FRONTEND="
                "noninteractive apt-get -y -q purge datacenter-gpu-manager-4-cuda12 >/dev/null; fi")  # fmt: skip
     sh(ulab, "mon01", f"rm -rf {MARKERS}")
-    proc = gpumon("up", "-i", inv, "--limit", "prometheus:alertmanager:thanos_query")
+    alerting = {
+        "alertmanager_install": "package",  # Debian's binary, with its templates (lab mirror)
+        "alertmanager_receivers": [
+            {"name": "test", "webhook_configs": [{"url": webhook.url, "send_resolved": False}]}
+        ],
+        "alertmanager_route": {
+            "receiver": "test",
+            "group_by": ["alertname", "node", "gpu"],
+            "group_wait": "5s",
+            "group_interval": "10s",
+            "repeat_interval": "4h",
+        },
+        "prometheus_rules_memory_temp_for": "15s",
+    }
+    proc = gpumon(
+        "up", "-i", inv, "--limit", "prometheus:alertmanager:thanos_query",
+        "-e", json.dumps(alerting),
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     return inv
 
@@ -178,7 +265,7 @@ def test_check_prints_the_plan_and_changes_nothing(ulab, baseline, state_env):
 
 
 def test_a_host_failing_validation_stops_the_run_and_stays_drained_and_silenced(
-    ulab, baseline, inventory, state_env
+    ulab, baseline, inventory, state_env, webhook
 ):
     ulab.fault("gpu02", "upgrade-validation")
     report = None
@@ -204,7 +291,17 @@ def test_a_host_failing_validation_stops_the_run_and_stays_drained_and_silenced(
             assert http_json(f"{am}/api/v2/silence/{sid}")["status"]["state"] == "active"
         for sid in hosts["gpu01"]["silence_ids"]:
             assert http_json(f"{am}/api/v2/silence/{sid}")["status"]["state"] == "expired"
+
+        # the silenced host's alerts reach nobody; a host outside the run still notifies
+        ulab.fault("gpu02", "memory-temp", gpu=0, value=99)
+        ulab.fault("gpu04", "memory-temp", gpu=0, value=99)
+        wait_until("gpu04's notification", lambda: webhook.firing_for("gpu04"), 300)
+        for url in prometheus_urls(inventory):
+            wait_until(f"gpu02's alert firing in {url}", lambda u=url: firing_in(u, "gpu02"), 180)
+        time.sleep(30)  # group_wait 5s + group_interval 10s: a notification would be here
+        assert webhook.firing_for("gpu02") == []
     finally:
+        ulab.heal("gpu04")
         ulab.heal("gpu02")
         if report is not None:
             for sid in report["hosts"]["gpu02"]["silence_ids"]:

@@ -1,0 +1,166 @@
+"""Single steps of the rollout against scripted hosts: drain remembers a node drained before the
+run (and never resumes it), the GPU-job wait is bounded, silences are not duplicated when a step
+is repeated, and the reboot step reboots only when the loaded module is not the target."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from deployer.connection import ScriptedConnection
+from deployer.rollout import monitoring
+from deployer.rollout.controller import Rollout, Settings, StepFailed
+from deployer.rollout.drain import SlurmDrain
+from deployer.rollout.silences import HttpAnswer, Silences
+from deployer.rollout.state import HostRecord, RunRecord, StateStore
+
+INVENTORY = "all:\n  children:\n    gpu:\n      hosts:\n        g1: {ansible_host: 10.0.0.1}\n"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def rollout(tmp_path, *, host_conn=None, drain_conn=None, silences=None, reboot="auto"):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(INVENTORY)
+    rec = RunRecord(
+        run_id="R1",
+        inventory=str(inv),
+        target={"requested": "580", "branch": "580", "version": "580.126.20", "listed": True},
+        options={"max_unavailable_hosts": 1, "max_failures": 1, "canary": 1},
+        batches=[["g1"]],
+        hosts={"g1": HostRecord(host="g1", batch=0)},
+    )
+    clock = Clock()
+    r = Rollout(
+        record=rec,
+        store=StateStore.create(rec, tmp_path / "runs"),
+        targets={
+            "g1": SimpleNamespace(
+                variables={}, before={"driver_installed": "570.133.20"}, address="10.0.0.1"
+            )
+        },
+        hook=SlurmDrain(),
+        settings=Settings(inventory=inv, extra_vars=[], reboot=reboot, job_timeout_s=30),
+        tier=monitoring.MonitoringTier(),
+        drain_connection=lambda: drain_conn,
+        silences=silences,
+        clock=clock,
+    )
+    r._conn = lambda host: host_conn  # type: ignore[method-assign]
+
+    def wait(seconds: float) -> None:
+        clock.t += seconds
+
+    r._wait = wait  # type: ignore[method-assign]
+    return r
+
+
+def test_a_node_drained_before_the_run_is_not_drained_again_nor_resumed(tmp_path):
+    drain = ScriptedConnection().on("sinfo", 0).on("squeue", 0)
+    r = rollout(tmp_path, drain_conn=drain)
+    r._step_draining("g1")
+    r._step_undraining("g1")
+    assert r.record.hosts["g1"].was_drained is True
+    assert not any("scontrol" in c for c in drain.commands)
+    assert "left drained: it was drained before the run" in r.record.hosts["g1"].notes
+
+
+def test_a_node_the_run_drained_is_resumed_and_the_reason_names_the_run(tmp_path):
+    drain = ScriptedConnection().on("sinfo", 1).on("squeue", 0)
+    r = rollout(tmp_path, drain_conn=drain)
+    r._step_draining("g1")
+    r._step_undraining("g1")
+    rec = r.store.load().hosts["g1"]
+    assert (rec.was_drained, rec.drained_by_run) == (False, True)
+    assert drain.commands[1] == (
+        "scontrol update nodename=g1 state=drain "
+        "reason='gpumon-deploy upgrade-driver run R1: driver 570.133.20 -> 580.126.20'"
+    )
+    assert drain.commands[-1] == "scontrol update nodename=g1 state=resume"
+
+
+def test_a_failing_drain_fails_the_host_with_the_scheduler_s_words(tmp_path):
+    drain = ScriptedConnection().on("sinfo", 1).on("scontrol", 1, "", "Invalid node name g1")
+    with pytest.raises(StepFailed, match="Invalid node name g1"):
+        rollout(tmp_path, drain_conn=drain)._step_draining("g1")
+
+
+def test_the_gpu_job_wait_ends_when_the_jobs_end(tmp_path):
+    answers = iter([(3, "4242, python3, 1024 MiB\n"), (3, "4242, python3, 1024 MiB\n"), (0, "")])
+
+    class Jobs(ScriptedConnection):
+        def run(self, command, *, stdin=None, timeout=None):
+            self.commands.append(command)
+            rc, out = next(answers)
+            return SimpleNamespace(rc=rc, stdout=out, stderr="")
+
+    host = Jobs()
+    rollout(tmp_path, host_conn=host)._step_waiting_jobs("g1")
+    assert len(host.commands) == 3
+
+
+def test_the_gpu_job_wait_is_bounded_and_names_the_processes(tmp_path):
+    host = ScriptedConnection(default=(3, "4242, python3, 1024 MiB\n", ""))
+    with pytest.raises(StepFailed, match=r"still running after 30s: 4242, python3"):
+        rollout(tmp_path, host_conn=host)._step_waiting_jobs("g1")
+
+
+class AM:
+    def __init__(self) -> None:
+        self.posts = 0
+        self.silences: list[dict] = []
+
+    def __call__(self, method, url, body):
+        if method == "POST":
+            self.posts += 1
+            sil = {**json.loads(body), "id": f"s{self.posts}", "status": {"state": "active"}}
+            self.silences.append(sil)
+            return HttpAnswer(200, json.dumps({"silenceID": sil["id"]}))
+        if method == "GET" and url.endswith("/silences"):
+            return HttpAnswer(200, json.dumps(self.silences))
+        return HttpAnswer(200, "")
+
+
+def test_silencing_twice_creates_each_silence_once(tmp_path):
+    am = AM()
+    r = rollout(tmp_path, silences=Silences(["http://am1:9093"], am))
+    r._step_silencing("g1")
+    r._step_silencing("g1")  # a resumed run repeating the step
+    assert am.posts == 2  # node= and instance=~, once each
+    assert r.store.load().hosts["g1"].silence_ids == ["s1", "s2"]
+    assert {m["name"] for s in am.silences for m in s["matchers"]} == {"node", "instance"}
+    assert all("run R1" in s["comment"] for s in am.silences)
+
+
+def test_no_reboot_when_the_target_module_is_already_loaded(tmp_path):
+    host = ScriptedConnection().on("boot_id", 0, "boot-1\n").on("nvidia/version", 0, "580.126.20\n")
+    rollout(tmp_path, host_conn=host)._step_rebooting("g1")
+    assert not any("systemctl reboot" in c for c in host.commands)
+
+
+def test_reboot_never_reloads_the_modules_and_fails_when_that_cannot_load_the_target(tmp_path):
+    host = (
+        ScriptedConnection()
+        .on("rmmod", 1, "", "module nvidia_uvm is in use (refcnt 2): reboot instead")
+        .on("boot_id", 0, "boot-1\n")
+        .on("nvidia/version", 0, "570.133.20\n")
+    )
+    with pytest.raises(StepFailed, match="reboot the host or use --reboot auto"):
+        rollout(tmp_path, host_conn=host, reboot="never")._step_rebooting("g1")
+    assert not any("systemctl reboot" in c for c in host.commands)
+
+
+def test_reboot_always_does_not_reboot_twice_when_resumed_after_the_reboot(tmp_path):
+    host = ScriptedConnection().on("boot_id", 0, "boot-2\n").on("nvidia/version", 0, "580.126.20\n")
+    r = rollout(tmp_path, host_conn=host, reboot="always")
+    r.record.hosts["g1"].notes.append("boot before reboot: boot-1")
+    r._step_rebooting("g1")
+    assert not any("systemctl reboot" in c for c in host.commands)
