@@ -174,13 +174,13 @@ def _plan(record: RunRecord, pre: Preflight, hook: DrainHook, tier) -> dict[str,
     for h, r in record.hosts.items():
         t = pre.hosts[h]
         node = node_name(hook.kind, h, t.variables)
-        drain = "none"
-        for action in ("drain", "idle", "resume"):
-            cmd = hook.command(action, node, f"gpumon-deploy upgrade-driver run {record.run_id}")
-            if cmd is not None:
-                drain = "; ".join(
-                    filter(None, [drain if drain != "none" else "", f"{action}: {cmd}"])
-                )
+        reason = f"gpumon-deploy upgrade-driver run {record.run_id}"
+        steps = [
+            f"{action}: {cmd}"
+            for action in ("drain", "idle", "resume")
+            if (cmd := hook.command(action, node, reason)) is not None
+        ]
+        drain = "; ".join(steps) or "none"
         if r.was_drained:
             drain += " (already drained: left drained afterwards)"
         silence = (

@@ -302,7 +302,7 @@ class Rollout:
     def _reason(self, host: str) -> str:
         return (
             f"gpumon-deploy upgrade-driver run {self.record.run_id}: "
-            f"driver {self.targets[host].before.get('driver_installed') or 'none'} -> "
+            f"driver {self.record.hosts[host].before.get('driver_installed') or 'none'} -> "
             f"{self.record.target['version']}"
         )
 

@@ -94,6 +94,7 @@ def versions_before(f: HostFacts) -> dict[str, Any]:
         "fabricmanager_version": f.fabricmanager_version,
         "packages": dict(sorted(f.packages.items())),
         "gpus": len(f.gpus),
+        "gpu_uuids": [g.uuid for g in f.gpus],
     }
 
 

@@ -54,7 +54,9 @@ def validate(ctl: Rollout, host: str) -> tuple[list[str], list[dict[str, Any]]]:
         None if probe.loaded == want else f"loaded kernel module {probe.loaded or 'none'}",
         want,
     )
-    expected_uuids = {g.uuid for g in target.facts.gpus}
+    # the GPUs seen before the run (kept in the state file, so a resumed run checks the same ones)
+    before = ctl.record.hosts[host].before
+    expected_uuids = set(before.get("gpu_uuids") or [g.uuid for g in target.facts.gpus])
     smi_problem = None
     if probe.smi_rc != 0:
         smi_problem = f"nvidia-smi fails: {probe.smi_error[:200]}"

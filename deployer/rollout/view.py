@@ -24,8 +24,8 @@ _STYLE = {"done": "green", FAILED: "bold red", SKIPPED: "cyan", "pending": "dim"
 
 class LiveView(View):
     def __init__(self, stream: TextIO, *, live: bool | None = None) -> None:
-        self.console = Console(file=stream, highlight=False, soft_wrap=True)
-        self.live_mode = self.console.is_terminal if live is None else live
+        self.console = Console(file=stream, highlight=False, soft_wrap=True, force_terminal=live)
+        self.live_mode = self.console.is_terminal
         self._details: dict[str, str] = {}
         self._record: RunRecord | None = None
         self._live: Live | None = None

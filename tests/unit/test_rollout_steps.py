@@ -36,7 +36,7 @@ def rollout(tmp_path, *, host_conn=None, drain_conn=None, silences=None, reboot=
         target={"requested": "580", "branch": "580", "version": "580.126.20", "listed": True},
         options={"max_unavailable_hosts": 1, "max_failures": 1, "canary": 1},
         batches=[["g1"]],
-        hosts={"g1": HostRecord(host="g1", batch=0)},
+        hosts={"g1": HostRecord(host="g1", batch=0, before={"driver_installed": "570.133.20"})},
     )
     clock = Clock()
     r = Rollout(
