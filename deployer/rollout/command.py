@@ -261,6 +261,7 @@ def upgrade_driver(req: UpgradeRequest, out: TextIO = sys.stdout, err: TextIO = 
         hook = _hook(req)
     if req.to is None:
         raise InputError("--to BRANCH_OR_VERSION is required (or --resume RUN)", key="--to")
+    _options(req, 1)  # bad amounts are input errors before any host is contacted
     pre = run_preflight(req.inventory, req.limit, list(req.extra_vars), req.to)
     try:
         if req.resume:
