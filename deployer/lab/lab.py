@@ -44,6 +44,10 @@ INOTIFY_MINIMUMS = {"max_user_instances": 8192, "max_user_watches": 524288}
 Echo = Callable[[str], None]
 
 
+def _stamps(directory: str, names: list[str]) -> list[str]:
+    return [n for n in names if n == ".done"]
+
+
 class LabError(RuntimeError):
     """The lab could not be brought up or changed; the message says which host and why."""
 
@@ -164,6 +168,8 @@ class Lab:
         for name in [h.name for h in to_start]:
             keys.pop(name, None)
 
+        host_files = mirror.ensure_host_files()
+
         def start(h: LabHost) -> tuple[str, str]:
             files = self.host_files(h.name)
             hostmod.mount_overlay(files, base)
@@ -175,6 +181,7 @@ class Lab:
                 self.mirror_urls(topology).apt_sources(),
                 apt_key,
             )
+            shutil.copytree(host_files, files.merged, dirs_exist_ok=True, ignore=_stamps)
             extra = self._gpu_prepare(h, files)
             hostmod.start_supervisor(
                 files, hostmod.nspawn_command(files, self.machine(h.name), topology, extra)

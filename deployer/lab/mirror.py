@@ -548,3 +548,30 @@ def release_versions() -> dict[str, str]:
         if match:
             out[f"{project}_version"] = match.group(1)
     return out
+
+
+# Debian's alertmanager binary (repacked into the lab's release archive) is built to read its
+# notification templates from this Debian path, where upstream's binary embeds them. The lab puts
+# the Debian package's templates on every host so the repacked binary runs as upstream's would.
+DEBIAN_ONLY_FILES = {"prometheus-alertmanager": "usr/share/prometheus/alertmanager"}
+
+
+def ensure_host_files() -> Path:
+    """A tree of files every lab host gets (see DEBIAN_ONLY_FILES), extracted once from the pool."""
+    out = mirror_dir() / "host-files"
+    stamp = out / ".done"
+    if stamp.exists():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for package, subdir in DEBIAN_ONLY_FILES.items():
+        debs = sorted((mirror_dir() / "pool").glob(f"{package}_*.deb"))
+        if not debs:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run(["dpkg-deb", "-x", str(debs[-1]), tmp], check=True)
+            source = Path(tmp) / subdir
+            if source.is_dir():
+                shutil.copytree(source, out / subdir, dirs_exist_ok=True)
+    stamp.write_text("")
+    return out
