@@ -26,6 +26,9 @@ from deployer.roles import Play
 from deployer.secrets import MASK, mask_text
 
 DEFAULT_FORKS = 50
+# Reads that fail (non-zero exit or unparsable output) are tried this often, this far apart.
+READ_ATTEMPTS = 3
+READ_RETRY_DELAY_S = 1.0
 
 
 class Events(Protocol):
@@ -282,12 +285,16 @@ class Executor:
             if raw is None or raw.rc != 0:
                 # Batched reads drop stderr; read again alone to have the error to report.
                 raw = read_session.run(module.read_script(args))
-            obs, read_error = None, None
-            if raw.rc == 0:
-                try:
-                    obs = module.observe(args, raw)
-                except (ValueError, KeyError) as exc:
-                    read_error = f"cannot read state: {exc}"
+            obs, read_error = _try_observe(task, raw)
+            if obs is None and not (self.check and after_change):
+                # A read can fail for a moment (systemd busy right after a daemon-reload):
+                # reading has no side effects, so read again, a bounded number of times.
+                for _ in range(READ_ATTEMPTS - 1):
+                    time.sleep(READ_RETRY_DELAY_S)
+                    raw = read_session.run(module.read_script(args))
+                    obs, read_error = _try_observe(task, raw)
+                    if obs is not None:
+                        break
             if obs is None or raw.rc != 0:
                 if self.check and after_change:
                     result.status, result.predicted = Status.CHANGED, True
@@ -323,7 +330,16 @@ class Executor:
         assert not self.check, "the write side must never run in check mode"
         module, args = task.module, task.args
         module.write(_WriteSession(state), args, obs)
-        after = module.observe(args, state.conn().run(module.read_script(args)))
+        after, error = None, None
+        for attempt in range(READ_ATTEMPTS):
+            if attempt:
+                time.sleep(READ_RETRY_DELAY_S)
+            raw = state.conn().run(module.read_script(args))
+            after, error = _try_observe(task, raw)
+            if after is not None:
+                break
+        if after is None:
+            raise CommandFailed(raw) if error is None else ValueError(error)
         if not after.in_desired_state:
             still = ", ".join(
                 f"{k}: {_show(task, k, v[0])} (want {_show(task, k, v[1])})"
@@ -354,6 +370,16 @@ class Executor:
     def _finish(result: TaskResult, started: float) -> TaskResult:
         result.duration_s = time.monotonic() - started
         return result
+
+
+def _try_observe(task: PlannedTask, raw: CommandResult) -> tuple[Observation | None, str | None]:
+    """The observation from a read, or None and why not (a failed read or unparsable output)."""
+    if raw.rc != 0:
+        return None, None
+    try:
+        return task.module.observe(task.args, raw), None
+    except (ValueError, KeyError) as exc:
+        return None, f"cannot read state: {exc}"
 
 
 def _show(task: PlannedTask, key: str, value: Any) -> str:
