@@ -104,14 +104,15 @@ class WebhookReceiver:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def matching(self, status: str, node: str) -> list[dict[str, Any]]:
-        """Notifications carrying ``ALERT`` for ``node`` in ``status`` (firing/resolved)."""
+    def matching(self, status: str, node: str, gpu: int) -> list[dict[str, Any]]:
+        """Notifications carrying ``ALERT`` for ``node``'s GPU ``gpu`` in ``status``."""
         return [
             n
             for n in list(self.notifications)
             if any(
                 a["labels"].get("alertname") == ALERT
                 and a["labels"].get("node") == node
+                and a["labels"].get("gpu") == str(gpu)
                 and a["status"] == status
                 for a in n.get("alerts", [])
             )
@@ -201,11 +202,12 @@ def wait_green(inventory: Path, timeout: float = 120) -> dict[str, Any]:
     return wait_until("status green", probe, timeout, every=5)
 
 
-def firing_in(url: str, node: str) -> bool:
+def firing_in(url: str, node: str, gpu: int) -> bool:
     alerts = get_json(f"{url}/api/v1/alerts")["data"]["alerts"]
     return any(
         a["labels"].get("alertname") == ALERT
         and a["labels"].get("node") == node
+        and a["labels"].get("gpu") == str(gpu)
         and a["state"] == "firing"
         for a in alerts
     )
@@ -286,10 +288,10 @@ def test_config_changes_reload_without_a_restart(deployed, mlab, inventory, stac
         assert gpumon("up", "-i", str(inventory), *stack_vars).returncode == 0
 
 
-def quiet(mlab: Lab, node: str) -> bool:
+def quiet(mlab: Lab, node: str, gpu: int) -> bool:
     """No replica holds the alert for ``node`` (pending or firing) and no Alertmanager has it
     active: a clean start, so a late resolution of an earlier round cannot count as a duplicate."""
-    query = f'ALERTS{{alertname="{ALERT}",node="{node}"}}'
+    query = f'ALERTS{{alertname="{ALERT}",node="{node}",gpu="{gpu}"}}'
     for url in prometheus_urls(mlab).values():
         if get_json(f"{url}/api/v1/query?query={urllib.parse.quote(query)}")["data"]["result"]:
             return False
@@ -298,35 +300,41 @@ def quiet(mlab: Lab, node: str) -> bool:
         r = http_fetch(f"http://{h.address}:9093/api/v2/alerts?filter={flt}&active=true")
         if r.error is not None:
             continue  # a stopped peer (the test stops one) holds nothing
-        if [a for a in r.json() if a["labels"].get("node") == node]:
+        if [
+            a
+            for a in r.json()
+            if (a["labels"].get("node"), a["labels"].get("gpu")) == (node, str(gpu))
+        ]:
             return False
     return True
 
 
-def memory_temperature_round(mlab: Lab, webhook: WebhookReceiver) -> None:
+def memory_temperature_round(mlab: Lab, webhook: WebhookReceiver, gpu: int) -> None:
+    """Fault one GPU's memory temperature: firing in every replica, one notification; healed:
+    resolved. Rounds use different GPUs, so one round's alert history cannot touch another's."""
     node = hosts_in(mlab, "gpu")[0].name
-    wait_until(f"no {ALERT} for {node} anywhere", lambda: quiet(mlab, node), 300, every=5)
-    before = len(webhook.matching("firing", node))
-    mlab.fault(node, "memory-temp", gpu=0, value=99)
+    wait_until(f"no {ALERT} for {node} anywhere", lambda: quiet(mlab, node, gpu), 300, every=5)
+    before = len(webhook.matching("firing", node, gpu))
+    mlab.fault(node, "memory-temp", gpu=gpu, value=99)
     try:
         for name, url in prometheus_urls(mlab).items():
-            wait_until(f"{ALERT} firing in {name}", lambda url=url: firing_in(url, node), 180)
+            wait_until(f"{ALERT} firing in {name}", lambda url=url: firing_in(url, node, gpu), 180)
         wait_until(
             "the firing notification",
-            lambda: len(webhook.matching("firing", node)) > before,
+            lambda: len(webhook.matching("firing", node, gpu)) > before,
             120,
         )
         # Longer than Alertmanager's peer timeout ordering (15s per peer position): a duplicate
         # from another peer would have arrived by now.
         time.sleep(45)
-        firing = webhook.matching("firing", node)[before:]
+        firing = webhook.matching("firing", node, gpu)[before:]
         assert len(firing) == 1, [(n["externalURL"], n["alerts"][0]["startsAt"]) for n in firing]
     finally:
         mlab.heal(node)
-    resolved_before = len(webhook.matching("resolved", node))
+    resolved_before = len(webhook.matching("resolved", node, gpu))
     wait_until(
         "the resolved notification",
-        lambda: len(webhook.matching("resolved", node)) > resolved_before,
+        lambda: len(webhook.matching("resolved", node, gpu)) > resolved_before,
         240,
     )
 
@@ -334,7 +342,7 @@ def memory_temperature_round(mlab: Lab, webhook: WebhookReceiver) -> None:
 def test_memory_temperature_alert_fires_in_both_replicas_and_is_delivered_once(
     deployed, mlab, webhook
 ):
-    memory_temperature_round(mlab, webhook)
+    memory_temperature_round(mlab, webhook, gpu=0)
 
 
 def test_memory_temperature_alert_is_delivered_once_with_one_alertmanager_stopped(
@@ -344,7 +352,7 @@ def test_memory_temperature_alert_is_delivered_once_with_one_alertmanager_stoppe
     stop = mlab.ssh(peer, "systemctl stop prometheus-alertmanager alertmanager 2>/dev/null; true")
     assert stop.returncode == 0
     try:
-        memory_temperature_round(mlab, webhook)
+        memory_temperature_round(mlab, webhook, gpu=1)
     finally:
         mlab.ssh(
             peer,
