@@ -17,6 +17,15 @@ Public API
     ``InputError``, but a plan the matrix refuses, or one that needs facts to name the GPU model,
     gives a *stand-in* (``stand_in: true``) resolved from the model's defaults, only so that
     templates can be checked for undefined names; the preflight then refuses the real plan.
+``driver_switch(resolved, facts) -> dict``
+    What moving a host onto the planned driver must take away first, from the installed and held
+    packages in facts: ``purge`` (driver, Fabric Manager and NSCQ packages of other branches or of
+    the other module flavour, which would otherwise hold the old branch in place), ``unhold``
+    (held packages of that family the plan does not hold, so apt may replace them) and
+    ``install`` (the planned driver and Fabric Manager as ``name=version``, to install in the same
+    apt transaction); ``needed`` is false when both lists are empty.
+``dcgm_stale_variants(resolved, facts) -> list``
+    Installed ``datacenter-gpu-manager-4-cuda<N>`` packages of another CUDA major than the plan's.
 ``repo_names(facts) -> (distro, arch)``
     NVIDIA's CUDA repository path names for a host (``debian12``/``ubuntu2204``/``rhel9``,
     ``x86_64``/``sbsa``).
@@ -25,7 +34,9 @@ Public API
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from deployer import compat, dcgm_fields
@@ -54,6 +65,78 @@ def repo_names(facts: Mapping[str, Any]) -> tuple[str, str]:
         distro = os_id + version.split(".")[0]
     arch = str(facts.get("arch") or "")
     return distro, _REPO_ARCH.get(arch, arch)
+
+
+def _template_pattern(template: str) -> re.Pattern[str]:
+    """A package-name template of the matrix (``cuda-drivers-{branch}``) as an anchored regex
+    whose group ``branch`` is the branch, if the template has one."""
+    escaped = re.escape(template).replace(re.escape("{branch}"), r"(?P<branch>\d{3})")
+    return re.compile(f"^{escaped}$")
+
+
+@cache
+def _driver_family() -> tuple[tuple[re.Pattern[str], str | None], ...]:
+    """Every driver, Fabric Manager and NSCQ package name the matrix knows, across branches and
+    module flavours, as (pattern, NSCQ template) -- the NSCQ template of a Fabric Manager name,
+    whose library goes with it (facts list Fabric Manager but not NSCQ)."""
+    m = compat.matrix()
+    out: list[tuple[re.Pattern[str], str | None]] = []
+    for scheme in m.driver_packages:
+        for key in ("open", "proprietary", "also_named"):
+            out.extend((_template_pattern(t), None) for t in scheme.names.get(key) or ())
+    for scheme in m.fabric_manager:
+        nscq = scheme.names["nscq"]
+        out.append((_template_pattern(scheme.names["fabricmanager"]), nscq))
+        out.append((_template_pattern(nscq), None))
+        out.extend((_template_pattern(t), None) for t in scheme.names.get("also_named") or ())
+    return tuple(out)
+
+
+def driver_switch(resolved: compat.ResolvedPlan, facts: Mapping[str, Any]) -> dict[str, Any]:
+    """What the host must lose to take the planned driver (see the module docstring)."""
+    flavour = resolved.module_flavour
+    keep = {p.name for p in resolved.install}
+    # Branch-suffixed metapackages depend on the unversioned one of their flavour: it stays.
+    for scheme in compat.matrix().driver_packages:
+        keep.update(n for n in scheme.names.get(flavour) or () if "{branch}" not in n)
+    purge: set[str] = set()
+    family: set[str] = set()
+    for name in facts.get("packages") or {}:
+        for pattern, nscq in _driver_family():
+            match = pattern.match(name)
+            if match is None:
+                continue
+            family.add(name)
+            if name not in keep:
+                purge.add(name)
+                if nscq is not None:
+                    companion = nscq.format(**match.groupdict())
+                    if companion not in keep:
+                        purge.add(companion)
+            break
+    held = {n for n in facts.get("held") or () if n in family}
+    unhold = (held - set(resolved.hold)) | purge
+    install = [
+        p.apt
+        for p in resolved.install
+        if p.component in ("driver", "fabricmanager") and p.deb_version
+    ]
+    return {
+        "needed": bool(purge or unhold),
+        "purge": sorted(purge),
+        "unhold": sorted(unhold),
+        "install": install,
+    }
+
+
+def dcgm_stale_variants(resolved: compat.ResolvedPlan, facts: Mapping[str, Any]) -> list[str]:
+    """Installed DCGM CUDA-variant packages the plan does not install (see the module docstring)."""
+    return sorted(
+        name
+        for name in facts.get("packages") or {}
+        if re.fullmatch(r"datacenter-gpu-manager-4-cuda\d+", name)
+        and name not in resolved.dcgm_packages
+    )
 
 
 def _view(
@@ -99,6 +182,8 @@ def _view(
         for name in facts.get("packages") or {}
         if name.startswith("nvidia-driver-pinning-") and name != resolved.pinning_package
     )
+    out["driver_switch"] = driver_switch(resolved, facts)
+    out["dcgm_stale_variants"] = dcgm_stale_variants(resolved, facts)
     out["exporter_csv"] = dcgm_fields.csv_from_vars(variables)
     return out
 

@@ -289,7 +289,9 @@ def driver_packages(d: DriverRelease) -> list[Deb]:
     if b < 590:
         debs.append(Deb(f"cuda-drivers-{b}", v, f"CUDA Driver native metapackage, branch {b}",
                         depends=[f"cuda-drivers {eq}"], section="non-free/metapackages"))  # fmt: skip
-        debs.append(Deb(f"nvidia-open-{b}", v, f"NVIDIA driver metapackage, open modules, branch {b}",
+        # the branch-suffixed open metapackage as install scripts name it (nvidia-driver.md §4.1:
+        # `nvidia-driver-580-open` [C]; `nvidia-open-<branch>` is named only as a name not to use)
+        debs.append(Deb(f"nvidia-driver-{b}-open", v, f"NVIDIA driver metapackage, open modules, branch {b}",
                         depends=[f"nvidia-open {eq}"], section="non-free/metapackages"))  # fmt: skip
     if d.has_pinning:
         pin = Deb(f"nvidia-driver-pinning-{b}", v, f"Pin the NVIDIA driver packages to branch {b}",
