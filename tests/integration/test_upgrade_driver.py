@@ -428,11 +428,8 @@ def test_a_rolling_upgrade_killed_mid_run_is_finished_by_resume(
 
 
 def test_an_upgrade_across_cuda_12_and_13_switches_the_dcgm_variant(ulab, baseline, state_env):
-    # Set-up, not under test: the roles do not downgrade across the packaging change, so the
-    # host's newer driver packages are purged before it is converged at 535 (CUDA 12.2).
-    sh(ulab, "gpu03", "p=$(dpkg-query -W -f='${Package}\\n' 'nvidia-*' 'libnvidia-*' libcuda1 "
-       "'cuda-drivers*' 2>/dev/null | tr '\\n' ' '); apt-mark unhold $p >/dev/null 2>&1; "
-       "DEBIAN_FRONTEND=noninteractive apt-get -y -q purge $p >/dev/null 2>&1; true")  # fmt: skip
+    # Down from the baseline's R580 (new packaging, CUDA 13) to R535 (branch-suffixed, CUDA 12.2):
+    # the roles replace the held packages of the other branch themselves.
     proc = gpumon(
         "up", "-i", baseline, "--limit", "gpu03", "-e", "nvidia_driver_version=535.54.03",
         "-e", "nvidia_driver_reboot=if_required",
@@ -446,13 +443,7 @@ def test_an_upgrade_across_cuda_12_and_13_switches_the_dcgm_variant(ulab, baseli
     )  # fmt: skip
     report = json.loads(proc.stdout)
     gpu03 = report["hosts"]["gpu03"]
-    known_gap = ("cuda-drivers-535", "datacenter-gpu-manager-4-cuda12")
-    if proc.returncode != 0 and any(k in (gpu03["reason"] or "") for k in known_gap):
-        pytest.xfail(
-            "the GPU roles do not yet replace the previous branch's packages when the driver "
-            f"crosses into the new packaging / CUDA 13: {gpu03['reason'][:300]}"
-        )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, (gpu03["reason"], proc.stderr[-3000:])
     assert gpu03["state"] == "done"
     assert loaded(ulab, "gpu03") == "580.126.20"
     pkgs = packages(ulab, "gpu03")
