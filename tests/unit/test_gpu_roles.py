@@ -514,6 +514,95 @@ def test_pinning_packages_of_another_branch_are_removed():
     assert absent(planned(H100), "pinning packages of other branches")
 
 
+# ---- moving between branches: the other branch's packages go in the install transaction --------
+
+A100 = {"gpu_model": "A100", "gpu_count": 4, "nvswitch": False}
+R535_PROPRIETARY = {
+    "packages": {"cuda-drivers-535": "535.54.03-1", "cuda-drivers": "535.54.03-1",
+                 "nvidia-driver": "535.54.03-1", "nvidia-smi": "535.54.03-1",
+                 "datacenter-gpu-manager-4-core": "1:4.6.0-1",
+                 "datacenter-gpu-manager-4-cuda12": "1:4.6.0-1"},
+    "held": ["cuda-drivers-535", "datacenter-gpu-manager-4-core",
+             "datacenter-gpu-manager-4-cuda12"],
+}  # fmt: skip
+R580_OPEN = {
+    "packages": {"nvidia-open": "580.126.20-1", "nvidia-driver-pinning-580": "580.126.20-1",
+                 "nvidia-driver": "580.126.20-1"},
+    "held": ["nvidia-open"],
+}  # fmt: skip
+
+
+def switch(variables: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    host_facts = HostFacts(host="g1", **DEBIAN, **facts)
+    return gpu_plan.template_plan("g1", variables, host_facts)["driver_switch"]
+
+
+def test_r535_to_r580_purges_the_held_branch_suffixed_metapackage_and_the_other_flavour():
+    moved = switch({**A100, "nvidia_driver_version": "580.126.20"}, R535_PROPRIETARY)
+    # A100 on R580 takes open modules: the proprietary cuda-drivers goes as well
+    assert moved["purge"] == ["cuda-drivers", "cuda-drivers-535"]
+    assert moved["unhold"] == ["cuda-drivers", "cuda-drivers-535"]
+    assert moved["install"] == ["nvidia-open=580.126.20-1"] and moved["needed"] is True
+
+
+def test_r580_to_r570_open_unholds_the_unversioned_metapackage_it_depends_on():
+    moved = switch(
+        {**A100, "nvidia_driver_version": "570.133.20", "nvidia_module_flavour": "open"}, R580_OPEN
+    )
+    assert moved["purge"] == []  # nvidia-driver-570-open depends on nvidia-open: it stays
+    assert moved["unhold"] == ["nvidia-open"]
+    assert moved["install"] == ["nvidia-driver-570-open=570.133.20-1"]
+
+
+def test_a_fabric_manager_of_another_branch_goes_with_its_nscq_library():
+    facts = {
+        "packages": {"cuda-drivers-535": "535.54.03-1", "nvidia-fabricmanager-535": "535.54.03-1",
+                     "cuda-drivers-fabricmanager-535": "535.54.03-1"},
+        "held": ["cuda-drivers-535", "nvidia-fabricmanager-535"],
+    }  # fmt: skip
+    moved = switch({**H100, "nvidia_driver_version": "580.126.20"}, facts)
+    assert moved["purge"] == [
+        "cuda-drivers-535", "cuda-drivers-fabricmanager-535", "libnvidia-nscq-535",
+        "nvidia-fabricmanager-535",
+    ]  # fmt: skip
+    assert moved["install"] == [
+        "nvidia-open=580.126.20-1", "nvidia-fabricmanager=580.126.20-1",
+        "libnvidia-nscq=580.126.20-1",
+    ]  # fmt: skip
+
+
+def test_a_host_already_on_the_planned_branch_switches_nothing():
+    moved = switch({**A100, "nvidia_driver_version": "580.126.20"}, R580_OPEN)
+    assert (moved["needed"], moved["purge"], moved["unhold"]) == (False, [], [])
+    tasks = planned({**A100, "nvidia_driver_version": "580.126.20"}, {**DEBIAN, **R580_OPEN})
+    assert absent(tasks, "driver packages of other branches purged")
+
+
+def test_the_switch_unholds_then_installs_and_purges_in_one_apt_transaction():
+    tasks = planned({**A100, "nvidia_driver_version": "580.126.20"}, {**DEBIAN, **R535_PROPRIETARY})
+    args = task(tasks, "driver packages of other branches purged").args
+    assert "apt-mark unhold -- cuda-drivers cuda-drivers-535 " in args["cmd"]
+    install = args["cmd"].split(" install -- ")[1]
+    assert install == "nvidia-open=580.126.20-1 $gone"
+    assert "installed-of cuda-drivers cuda-drivers-535 | sed 's/$/-/'" in args["cmd"]
+    assert "--purge" in args["cmd"] and "--allow-downgrades" in args["cmd"]
+    assert args["unless"].endswith(
+        "switched 'cuda-drivers cuda-drivers-535' 'cuda-drivers cuda-drivers-535'"
+    )
+    names = list(tasks)
+    assert names.index(task(tasks, "driver packages of other branches purged").name) < names.index(
+        task(tasks, r"^driver 580\.126\.20 .*held$").name
+    )
+
+
+def test_dcgm_drops_the_variant_of_the_previous_cuda_major():
+    tasks = planned({**A100, "nvidia_driver_version": "580.126.20"}, {**DEBIAN, **R535_PROPRIETARY})
+    stale = task(tasks, "DCGM variants of another CUDA major absent").args
+    assert stale["name"] == ["datacenter-gpu-manager-4-cuda12"] and stale["state"] == "absent"
+    assert absent(planned({**A100, "nvidia_driver_version": "535.54.03"}, {**DEBIAN,
+                  **R535_PROPRIETARY}), "DCGM variants of another CUDA major")  # fmt: skip
+
+
 # ---- the driver role's check script, run here with a stand-in nvidia-smi ---------------------------
 
 CHECK = ROOT / "roles/nvidia_driver/files/nvidia-driver-check"
@@ -549,3 +638,36 @@ def test_explain_names_the_jobs_that_keep_an_allowed_reboot_from_happening(tmp_p
 def test_explain_tells_how_to_allow_the_reboot_when_the_policy_is_never(tmp_path):
     proc = run_check(tmp_path, "", "explain", "580.126.20", "never", "false")
     assert proc.returncode == 1 and "set nvidia_driver_reboot: if_required" in proc.stderr
+
+
+def fake_dpkg(tmp_path: Path, states: dict[str, str]) -> dict[str, str]:
+    """A dpkg-query that answers ${db:Status-Abbrev} from ``states`` (unknown: no output)."""
+    cases = "".join(f"  {name}) printf '{st} ' ;;\n" for name, st in states.items())
+    dpkg = tmp_path / "dpkg-query"
+    dpkg.write_text(f'#!/bin/sh\neval "p=\\${{$#}}"\ncase $p in\n{cases}  *) exit 1 ;;\nesac\n')
+    dpkg.chmod(0o755)
+    return {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+
+
+def test_installed_of_prints_the_installed_or_half_removed_packages_only(tmp_path):
+    env = fake_dpkg(tmp_path, {"cuda-drivers-535": "hi", "old": "rc", "gone": "un"})
+    proc = subprocess.run(["sh", str(CHECK), "installed-of", "cuda-drivers-535", "old", "gone",
+                           "unknown"], capture_output=True, text=True, env=env)  # fmt: skip
+    assert proc.stdout.split() == ["cuda-drivers-535", "old"]
+
+
+@pytest.mark.parametrize(
+    ("states", "switched"),
+    [
+        ({"cuda-drivers-535": "un", "nvidia-open": "ii"}, True),
+        ({"cuda-drivers-535": "hi", "nvidia-open": "ii"}, False),  # still installed
+        ({"cuda-drivers-535": "un", "nvidia-open": "hi"}, False),  # still held
+    ],
+)
+def test_switched_means_nothing_to_purge_is_left_and_nothing_to_unhold_is_held(
+    tmp_path, states, switched
+):
+    env = fake_dpkg(tmp_path, states)
+    proc = subprocess.run(["sh", str(CHECK), "switched", "cuda-drivers-535", "nvidia-open"],
+                          capture_output=True, text=True, env=env)  # fmt: skip
+    assert (proc.returncode == 0) is switched

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from deployer.lab.gpusim import build_packages
+from deployer import compat
+from deployer.lab.gpusim import build_packages, catalog
 
 
 @pytest.fixture(scope="module")
@@ -229,3 +230,17 @@ def test_building_twice_gives_identical_bytes(tmp_path: Path, debs) -> None:
             hashlib.sha256(p.read_bytes()).digest()
             == hashlib.sha256(debs[p.name].read_bytes()).digest()
         )
+
+
+@pytest.mark.parametrize("release", catalog.DRIVERS, ids=[d.version for d in catalog.DRIVERS])
+def test_every_driver_package_the_matrix_names_is_simulated(release) -> None:
+    # the matrix (deployer/data/compat.yml) and the simulated repository agree on the names,
+    # e.g. nvidia-driver-570-open for open modules on R570
+    m = compat.matrix()
+    names = m.packages_for(m.driver_packages, str(release.branch)).names
+    fmt = {"branch": release.branch, "version": release.version}
+    wanted = {n.format(**fmt) for n in (*names["open"], *names["proprietary"])}
+    if names.get("pinning"):
+        wanted.add(names["pinning"].format(**fmt))
+    built = {d.name for d in catalog.driver_packages(release)}
+    assert wanted <= built, wanted - built
