@@ -43,7 +43,7 @@ fi
 echo '@@proc'
 cat /proc/driver/nvidia/version 2>/dev/null || true
 echo '@@pkgs'
-dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' 2>/dev/null | grep -E '^(nvidia-|cuda-drivers|libnvidia-compute|datacenter-gpu-manager|nvidia-fabricmanager)' || true
+dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' 2>/dev/null | grep -E '^(nvidia-|cuda-drivers|libnvidia-compute|libnvidia-nscq|datacenter-gpu-manager|nvidia-fabricmanager)' || true
 rpm -qa --qf '%{NAME}\t%{VERSION}-%{RELEASE}\tii \n' 2>/dev/null | grep -E '^(nvidia-|cuda-drivers|datacenter-gpu-manager)' || true
 echo '@@nvswitch'
 ls /proc/driver/nvidia-nvswitch/devices 2>/dev/null | wc -l
