@@ -154,7 +154,9 @@ def stack_vars(webhook: WebhookReceiver) -> list[str]:
             "receiver": "test",
             "group_by": ["alertname", "node", "gpu"],
             "group_wait": "5s",
-            "group_interval": "10s",
+            # Above 2 x --cluster.peer-timeout (15s): the peers' flushes of one group do not
+            # overlap their notification waits.
+            "group_interval": "30s",
             "repeat_interval": "4h",
         },
         "prometheus_rules_memory_temp_for": "15s",
