@@ -102,6 +102,7 @@ def ratios(summaries: list[Summary], scenario: str) -> dict[str, float | None]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     fleet, key = lab_fleet(args.lab)
+    host_machine = machine()
     tools = available([t for t in args.tools.split(",") if t])
     missing = sorted(set(args.tools.split(",")) - set(tools))
     if missing:
@@ -156,7 +157,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "command": " ".join([".venv/bin/python -m bench.converge", *sys.argv[1:]]),
         "lab": args.lab,
         "hosts": [t.name for t in fleet.hosts],
-        "machine": machine(),
+        "machine": host_machine,
         "versions": tool_versions(),
         "runs": {"noop": args.runs, "cold": args.cold_runs},
         "summaries": [s.to_json() for s in summaries],

@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     limits["ansible"] = args.ansible_max
     limits["pyinfra"] = args.pyinfra_max
     light = LightFleet(args.fleet)
+    host_machine = machine()
     samples: list[Sample] = []
     skipped: dict[str, list[int]] = {}
     try:
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "scale",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join([".venv/bin/python -m bench.scale", *sys.argv[1:]]),
-        "machine": machine(),
+        "machine": host_machine,
         "versions": tool_versions(),
         "sizes": sizes,
         "peer_sizes_skipped": skipped,
