@@ -338,7 +338,10 @@ class LightFleet:
         ours = {n for n in _namespaces() if n.startswith(f"glns-{self.name}-")}
         for ns in sorted(ours):
             _ip("netns", "delete", ns, check=False)
-        if state.get("created_privsep"):
+        others = [
+            d for d in state_root().glob("light-*") if d != self.dir and (d / "fleet.json").exists()
+        ]
+        if state.get("created_privsep") and not others:  # another fleet's sshd still needs it
             with contextlib.suppress(OSError):  # not empty, or gone: not ours to clear
                 Path("/run/sshd").rmdir()
         # A veth whose namespace is gone goes with it, but not always at once: delete any left.
