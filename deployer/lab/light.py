@@ -124,6 +124,10 @@ class LightFleet:
         address = str(self.subnet.network_address + 1 + i)
         return LightHost(name, address, f"glns-{self.name}-{i}", self.dir / "roots" / name)
 
+    def veth(self, i: int) -> str:
+        """The machine-side end of host ``i``'s veth (interface names have 15 characters)."""
+        return f"glv{self.name}-{i}"
+
     def hosts(self) -> list[LightHost]:
         state = self._state()
         return [self.host(i) for i in range(1, int(state.get("count", 0)) + 1)]
@@ -199,8 +203,7 @@ class LightFleet:
                     )
 
     def _network(self, h: LightHost) -> None:
-        i = int(h.name[len(self.prefix) :])
-        outer = f"glv{self.name}-{i}"[:15]
+        outer = self.veth(int(h.name[len(self.prefix) :]))
         _ip("netns", "add", h.namespace)
         _ip("link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", h.namespace)
         _ip("link", "set", "dev", outer, "master", self.bridge, "up")
