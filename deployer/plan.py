@@ -64,18 +64,22 @@ class HostPlan:
 class LazyHostVars(Mapping[str, Any]):
     """``hostvars[name]``: other hosts' resolved variables, computed only when a template asks."""
 
-    def __init__(self, inventory: Any, defaults: dict[str, Any]) -> None:
+    renders_itself = True  # entries are TemplatedVars: each host renders in its own scope
+
+    def __init__(self, inventory: Any, defaults: dict[str, Any], renderer: Renderer) -> None:
         self._inventory = inventory
         self._defaults = defaults
-        self._cache: dict[str, dict[str, Any]] = {}
+        self._renderer = renderer
+        self._cache: dict[str, TemplatedVars] = {}
 
-    def __getitem__(self, name: str) -> dict[str, Any]:
+    def __getitem__(self, name: str) -> TemplatedVars:
         if name not in self._cache:
             if name not in self._inventory.hosts:
                 raise KeyError(name)
             v = dict(self._inventory.resolve_vars(name, self._defaults))
-            v.setdefault("inventory_hostname", name)
-            self._cache[name] = v
+            v["inventory_hostname"] = name
+            v["hostvars"] = self
+            self._cache[name] = TemplatedVars(v, self._renderer, source=f"variables of {name}")
         return self._cache[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -144,7 +148,7 @@ class Planner:
                 g for g, members in self._group_sets.items() if host in members and g != "all"
             ),
             groups=self._groups,
-            hostvars=LazyHostVars(self.inventory, defaults),
+            hostvars=LazyHostVars(self.inventory, defaults, self.renderer),
         )
         variables.update(self.extra_context)
         return TemplatedVars(variables, self.renderer, source=f"variables of {host}")

@@ -13,6 +13,7 @@ import threading
 from typing import Any, TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.live import Live
 from rich.table import Table
 
@@ -120,10 +121,12 @@ class ConsoleReporter:
     def _print_task(self, r: TaskResult) -> None:
         label = r.status.value + (" (predicted)" if r.predicted else "")
         what = f"{r.role}: {r.task}" if r.role else r.task
-        self.console.print(f"[{_STYLE[r.status]}]{label:<20}[/] {r.host:<16} {what}")
+        self.console.print(
+            f"[{_STYLE[r.status]}]{label:<20}[/] {escape(r.host):<16} {escape(what)}"
+        )
         if r.error:
             for line in r.error.splitlines():
-                self.console.print(f"    [red]{line}[/]", markup=True)
+                self.console.print(f"    {line}", style="red", markup=False)
         if self.diff:
             for key, (before, after) in r.differences.items():
                 if key != "sha256":
@@ -136,9 +139,8 @@ class ConsoleReporter:
                     style = (
                         "green" if line.startswith("+") else "red" if line.startswith("-") else ""
                     )
-                    self.console.print(
-                        f"    [{style}]{line}[/]" if style else f"    {line}", markup=bool(style)
-                    )
+                    # markup off: file content may hold "[" and a trailing "\\" (unit files)
+                    self.console.print(f"    {line}", style=style or None, markup=False)
 
     def recap(self, report: RunReport) -> None:
         table = Table(
@@ -159,7 +161,9 @@ class ConsoleReporter:
         self.console.print(table)
         for host, h in report.hosts.items():
             if h.unreachable:
-                self.console.print(f"[magenta]unreachable[/] {host}: {h.unreachable}", markup=True)
+                self.console.print(
+                    f"[magenta]unreachable[/] {escape(host)}: {escape(h.unreachable)}", markup=True
+                )
 
 
 def write_json(report: RunReport, stream: TextIO | None = None) -> None:

@@ -233,8 +233,10 @@ class TemplatedVars(Mapping[str, Any]):
         if key in self._cache:
             return self._cache[key]
         value = self._raw[key]
-        if isinstance(value, Mapping) and not isinstance(value, dict):
-            # hostvars, groups: render entry by entry when used (see RenderedOnUse).
+        if getattr(value, "renders_itself", False):
+            pass  # hostvars: each host's variables render in that host's own scope
+        elif isinstance(value, Mapping) and not isinstance(value, dict):
+            # groups and other lazy mappings: render entry by entry when used (RenderedOnUse).
             value = RenderedOnUse(value, self, self._renderer, self._source, key)
         elif _has_template(value):
             if key in self._resolving:
@@ -286,7 +288,9 @@ class RenderedOnUse(Mapping[str, Any]):
             return self._cache[name]
         value = self._raw[name]
         key = f"{self._key}.{name}"
-        if isinstance(value, Mapping):
+        if getattr(value, "renders_itself", False):
+            pass
+        elif isinstance(value, Mapping):
             value = RenderedOnUse(value, self._variables, self._renderer, self._source, key)
         elif _has_template(value):
             value = self._renderer.render_value(value, self._variables, self._source, None, key)

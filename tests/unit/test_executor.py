@@ -202,3 +202,20 @@ def test_flush_handlers_runs_notified_handlers_at_that_point(tmp_path):
     again = Executor(lambda h: LocalConnection(h)).run([planner.plan_host("h1", [play])], (play,))
     assert [t.task for t in again.hosts["h1"].tasks] == ["config", "after the flush"]
     assert again.totals()["changed"] == 0
+
+
+def test_hostvars_render_in_the_other_hosts_own_scope(tmp_path):
+    from deployer.templating import TemplatedVars
+
+    planner = Planner(
+        FakeInventory(
+            {"a": {"me": "{{ inventory_hostname }}"}, "b": {"me": "{{ inventory_hostname }}"}}
+        ),
+        [ROLES],
+        None,
+    )
+    variables = planner.host_vars("a", PLAY)
+    assert isinstance(variables, TemplatedVars)
+    assert variables["me"] == "a"
+    assert variables["hostvars"]["b"]["me"] == "b"
+    assert planner.renderer.evaluate("hostvars['b'].me", variables, "t", 1, "k") == "b"
