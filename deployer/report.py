@@ -13,8 +13,8 @@ import threading
 from typing import Any, TextIO
 
 from rich.console import Console
-from rich.markup import escape
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from deployer.plan import PlannedTask
