@@ -169,6 +169,11 @@ class Lab:
             keys.pop(name, None)
 
         host_files = mirror.ensure_host_files()
+        for h in topology.hosts:
+            merged = self.host_files(h.name).merged
+            if h not in to_start and hostmod.is_mounted(merged):
+                # Running hosts get files added to the lab since they started.
+                shutil.copytree(host_files, merged, dirs_exist_ok=True, ignore=_stamps)
 
         def start(h: LabHost) -> tuple[str, str]:
             files = self.host_files(h.name)
