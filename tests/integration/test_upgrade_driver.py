@@ -200,16 +200,8 @@ def baseline(ulab, inventory, webhook):
         "-e", "nvidia_driver_reboot=if_required",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
-    # The dcgm role does not yet remove the DCGM variant of the previous CUDA major (reported to
-    # its owner); a host converged earlier at a CUDA 12 driver keeps -cuda12 beside -cuda13.
-    for h, v in inventory["hosts"].items():
-        if h in inventory["children"]["gpu"]["hosts"] and v["gpu_model"] != "V100":
-            sh(ulab, h, "if dpkg -s datacenter-gpu-manager-4-cuda12 >/dev/null 2>&1; then "
-               "apt-mark unhold datacenter-gpu-manager-4-cuda12 >/dev/null; DEBIAN_FRONTEND="
-               "noninteractive apt-get -y -q purge datacenter-gpu-manager-4-cuda12 >/dev/null; fi")  # fmt: skip
     sh(ulab, "mon01", f"rm -rf {MARKERS}")
     alerting = {
-        "alertmanager_install": "package",  # Debian's binary, with its templates (lab mirror)
         "alertmanager_receivers": [
             {"name": "test", "webhook_configs": [{"url": webhook.url, "send_resolved": False}]}
         ],
