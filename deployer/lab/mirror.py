@@ -152,7 +152,10 @@ def signing_fingerprint() -> str:
 
 def public_key() -> bytes:
     """The armored public archive key (what hosts put in /etc/apt/keyrings)."""
-    return _gpg("--armor", "--export", signing_fingerprint())
+    try:
+        return _gpg("--armor", "--export", signing_fingerprint())
+    finally:
+        _stop_gpg_agent()  # listing secret keys starts an agent; leave nothing running
 
 
 # ---------------------------------------------------------------- apt repositories

@@ -91,6 +91,21 @@ def test_dearmor_refuses_what_is_not_a_key(data: bytes) -> None:
         dearmor(data)
 
 
+@pytest.fixture(autouse=True)
+def no_gpg_agent_left(tmp_path):
+    """gpg starts an agent per home directory; end every one these tests started."""
+    yield
+    if shutil.which("gpgconf") is None:
+        return
+    for home in [tmp_path, *(p for p in tmp_path.rglob("*") if p.is_dir())]:
+        if (home / "pubring.kbx").exists() or (home / "private-keys-v1.d").exists():
+            subprocess.run(
+                ["gpgconf", "--homedir", str(home), "--kill", "all"],
+                capture_output=True,
+                check=False,
+            )
+
+
 @pytest.mark.skipif(shutil.which("gpg") is None, reason="needs gpg")
 def test_dearmor_matches_gpg_dearmor_on_a_real_key(tmp_path: Path) -> None:
     env = {**os.environ, "GNUPGHOME": str(tmp_path)}
