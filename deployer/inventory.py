@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import gc
 import getpass
 import ipaddress
 import json
@@ -63,9 +62,7 @@ from types import MappingProxyType
 from typing import Any
 
 import jinja2
-import yaml
 
-from deployer import yamlsrc
 from deployer.errors import InputError
 from deployer.secrets import REGISTERED, SecretValues, is_secret_key, mask, secret_values_in
 from deployer.yamlsrc import SourceDict, load_yaml_text
@@ -887,52 +884,16 @@ def _looks_like_yaml(text: str) -> bool:
     ) and not any(_INI_SECTION.match(line.strip()) for line in text.splitlines())
 
 
-# An inventory file can hold 100,000 hosts: parse it with libyaml when PyYAML has it (the
-# pure-Python parser took 23 s for 100,000 hosts), building the same line-tracking mappings with
-# yamlsrc's constructors.
-_CLoader = getattr(yaml, "CSafeLoader", None)
-_INVENTORY_LOADER: Any = (
-    type(
-        "_InventoryLoader",
-        (_CLoader,),
-        {"source": "<unknown>", "yaml_constructors": dict(yamlsrc._Loader.yaml_constructors)},
-    )
-    if _CLoader is not None
-    else None
-)
-
-
-def _load_inventory_yaml(text: str, source: str) -> Any:
-    """An inventory file's YAML, as ``load_yaml_text`` loads it, with errors naming file and
-    line; the cyclic GC paused while the many small objects are built."""
-    if _INVENTORY_LOADER is None:
-        return load_yaml_text(text, source)
-    loader_cls = type("_SourceInventoryLoader", (_INVENTORY_LOADER,), {"source": source})
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return yaml.load(text, Loader=loader_cls)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        raise InputError(f"invalid YAML: {exc.problem or exc}", source=source, line=line) from exc
-    except yaml.YAMLError as exc:
-        raise InputError(f"invalid YAML: {exc}", source=source) from exc
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _parse_file(draft: _Draft, path: Path) -> None:
     text = _read_text(path)
     _refuse_vault(text, path)
     source = str(path)
     ext = path.suffix.lower()
     if ext in YAML_EXTENSIONS:
-        _parse_yaml(draft, _load_inventory_yaml(text, source), source, text)
+        _parse_yaml(draft, load_yaml_text(text, source), source, text)
         return
     if ext == "" and _looks_like_yaml(text):
-        _parse_yaml(draft, _load_inventory_yaml(text, source), source, text)
+        _parse_yaml(draft, load_yaml_text(text, source), source, text)
         return
     _parse_ini(draft, text, source)
 
