@@ -101,10 +101,16 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     stages: dict[str, dict[str, float]] = {}
     start_rss, _ = _rss_mib()
 
-    def stage(name: str, started: float) -> None:
+    def start() -> tuple[float, float]:
+        return time.perf_counter(), time.process_time()
+
+    def stage(name: str, started: tuple[float, float]) -> None:
+        # CPU seconds beside wall: on a shared machine the wall time includes waiting for a core.
+        wall, cpu = time.perf_counter() - started[0], time.process_time() - started[1]
         now, peak = _rss_mib()
         stages[name] = {
-            "s": round(time.perf_counter() - started, 3),
+            "s": round(wall, 3),
+            "cpu_s": round(cpu, 3),
             "rss_mib": round(now, 1),
             "peak_rss_mib": round(peak, 1),
         }
@@ -113,14 +119,14 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     if not path.exists():
         path.write_text(inventory_yaml(n))
 
-    t = time.perf_counter()
+    t = start()
     from deployer import compat, file_sd, preflight
     from deployer.inventory import load_inventory
     from deployer.plan import Planner
     from deployer.roles import Play
 
     stage("import", t)
-    t = time.perf_counter()
+    t = start()
     inventory = load_inventory(path)
     stage("inventory_load", t)
 
@@ -130,19 +136,19 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     # As ``gpumon-deploy check --offline`` plans: facts are the pre-connection stand-in.
     planner.extra_context = {"facts": validation_facts("prom01").to_json()}
     gpu_play = Play(name="gpu", hosts="gpu", roles=GPU_ROLES)
-    t = time.perf_counter()
+    t = start()
     defaults = planner.play_defaults(gpu_play)
     hosts = list(inventory.hosts)
     variables = {h: inventory.resolve_vars(h, defaults) for h in hosts}
     stage("variable_resolution", t)
 
-    t = time.perf_counter()
+    t = start()
     gpu = preflight.gpu_hosts(inventory, hosts)
     plans = preflight.host_plans(inventory, gpu, variables, None)
     refused = compat.check(plans)
     stage("compatibility_check", t)
 
-    t = time.perf_counter()
+    t = start()
     prom_play = Play(name="prometheus", hosts="prometheus", roles=("prometheus",))
     prom_vars = planner.host_vars("prom01", prom_play)
     groups = file_sd.file_sd_targets(prom_vars)
@@ -159,6 +165,9 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
         "inventory_bytes": path.stat().st_size,
         "stages": stages,
         "total_s": round(sum(s["s"] for s in stages.values() if s is not stages["import"]), 3),
+        "total_cpu_s": round(
+            sum(s["cpu_s"] for s in stages.values() if s is not stages["import"]), 3
+        ),
         "peak_rss_mib": round(peak, 1),
         "rss_at_start_mib": round(start_rss, 1),
         "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
@@ -211,6 +220,7 @@ def render(results: list[dict[str, Any]]) -> str:
             "hosts",
             *[n.replace("_", " ") + " s" for n in names],
             "total s",
+            "total CPU s",
             "peak RSS MiB",
             "KiB/host",
         ]
@@ -228,13 +238,14 @@ def render(results: list[dict[str, Any]]) -> str:
                 str(r["hosts"]),
                 *[f"{r['stages'][n]['s']:.2f}" for n in names],
                 f"{r['total_s']:.2f}",
+                f"{r['total_cpu_s']:.2f}",
                 f"{r['peak_rss_mib']:.0f}",
                 "-" if r is base else f"{per_host:.1f}",
             ]
         )
     for r in results:
         if "error" in r:
-            rows.append([str(r["hosts"]), "ERROR", "", "", "", "", "", ""])
+            rows.append([str(r["hosts"]), "ERROR", "", "", "", "", "", "", ""])
     return table(rows)
 
 
