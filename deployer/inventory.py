@@ -45,7 +45,6 @@ name, and group_vars/host_vars entries naming no group or host, are reported in
 from __future__ import annotations
 
 import ast
-import functools
 import getpass
 import ipaddress
 import json
@@ -320,20 +319,15 @@ class GroupMembers(Mapping[str, list[str]]):
         return f"GroupMembers({dict(self)!r})"
 
 
-@functools.lru_cache(maxsize=8192)
-def _secret_name(key: str) -> bool:
-    return is_secret_key(key)
-
-
 def _secrets_in(values: Mapping[str, Any]) -> list[Any]:
     """``secret_values_in(values)``, without scanning when no key names a secret and no value
-    nests more keys (a host's ``ansible_host`` line): the same variable names recur on every
-    host, and judging each again was a fifth of loading 100,000 hosts."""
+    nests more keys (a host's ``ansible_host`` line); ``is_secret_key`` remembers each name's
+    verdict, so the names recurring on every host are judged once."""
     for key, value in values.items():
         if (
             isinstance(value, Mapping | list | tuple)
             or not isinstance(key, str)
-            or _secret_name(key)
+            or is_secret_key(key)
         ):
             return secret_values_in(values)
     return []
