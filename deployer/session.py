@@ -88,20 +88,24 @@ class DeploySession:
     def build_plan(self, facts: dict[str, HostFacts] | None = None) -> None:
         """Plan every selected host. Without facts (before connecting) each host gets empty facts,
         so templates and conditions that use them are still checked for undefined names."""
-        site = self.options.site or DEFAULT_SITE
-        self.plays = load_site(site)
-        roles_path = [*self.options.roles_path, DEFAULT_ROLES]
-        if self.options.site is not None:
-            roles_path.insert(len(self.options.roles_path), self.options.site.parent / "roles")
-        planner = Planner(
-            self.inventory,
-            roles_path,
-            SHARED_TEMPLATES,
-            tags=self.options.tags,
-            skip_tags=self.options.skip_tags,
-        )
-        self.planner = planner
-        planner.load_roles(self.plays)
+        planner = self.planner
+        if planner is None:
+            # Once per session: the plan built with facts reuses the site, the roles and the
+            # compiled templates of the plan built before connecting.
+            site = self.options.site or DEFAULT_SITE
+            self.plays = load_site(site)
+            roles_path = [*self.options.roles_path, DEFAULT_ROLES]
+            if self.options.site is not None:
+                roles_path.insert(len(self.options.roles_path), self.options.site.parent / "roles")
+            planner = Planner(
+                self.inventory,
+                roles_path,
+                SHARED_TEMPLATES,
+                tags=self.options.tags,
+                skip_tags=self.options.skip_tags,
+            )
+            planner.load_roles(self.plays)
+            self.planner = planner
         selected = set(self.hosts)
         per_host: dict[str, list[Play]] = {h: [] for h in self.hosts}
         for play in self.plays:
