@@ -20,16 +20,20 @@ _GPU_CLASSES = ("0x0302", "0x0300")
 
 _SECTIONS = ("os", "pci", "smi", "smi_rc", "proc", "pkgs", "nvswitch")
 
+# Every probe runs on every host on every run, so the script forks as little as it can: shell
+# builtins read sysfs and /proc, one dpkg-query names the packages; nvidia-smi runs where it exists.
 FACTS_SCRIPT = r"""
 echo '@@os'
 if [ -r /etc/os-release ]; then . /etc/os-release; fi
 printf 'id=%s\nversion_id=%s\nid_like=%s\npretty=%s\n' "${ID:-}" "${VERSION_ID:-}" "${ID_LIKE:-}" "${PRETTY_NAME:-}"
-printf 'arch=%s\nkernel=%s\n' "$(uname -m)" "$(uname -r)"
+{ read -r kernel < /proc/sys/kernel/osrelease; } 2>/dev/null || kernel=$(uname -r)
+printf 'arch=%s\nkernel=%s\n' "${HOSTTYPE:-$(uname -m)}" "$kernel"
 echo '@@pci'
 for d in /sys/bus/pci/devices/*; do
-  [ -r "$d/vendor" ] || continue
-  v=$(cat "$d/vendor" 2>/dev/null); [ "$v" = "0x10de" ] || continue
-  printf '%s %s\n' "${d##*/}" "$(cat "$d/class" 2>/dev/null | cut -c1-6)"
+  { read -r v < "$d/vendor"; } 2>/dev/null || continue
+  [ "$v" = "0x10de" ] || continue
+  { read -r c < "$d/class"; } 2>/dev/null || c=''
+  printf '%s %s\n' "${d##*/}" "${c%??}"
 done
 echo '@@smi'
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -41,12 +45,18 @@ else
   echo "@@smi_rc"; echo "rc=absent"
 fi
 echo '@@proc'
-cat /proc/driver/nvidia/version 2>/dev/null || true
+if [ -r /proc/driver/nvidia/version ]; then cat /proc/driver/nvidia/version 2>/dev/null; fi
 echo '@@pkgs'
-dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' 2>/dev/null | grep -E '^(nvidia-|cuda-drivers|libnvidia-compute|libnvidia-nscq|datacenter-gpu-manager|nvidia-fabricmanager)' || true
-rpm -qa --qf '%{NAME}\t%{VERSION}-%{RELEASE}\tii \n' 2>/dev/null | grep -E '^(nvidia-|cuda-drivers|datacenter-gpu-manager)' || true
+if command -v dpkg-query >/dev/null 2>&1; then
+  dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' 'nvidia-*' 'cuda-drivers*' 'libnvidia-compute*' 'libnvidia-nscq*' 'datacenter-gpu-manager*' 'nvidia-fabricmanager*' 2>/dev/null
+fi
+if command -v rpm >/dev/null 2>&1; then
+  rpm -qa --qf '%{NAME}\t%{VERSION}-%{RELEASE}\tii \n' 2>/dev/null | grep -E '^(nvidia-|cuda-drivers|datacenter-gpu-manager)'
+fi
 echo '@@nvswitch'
-ls /proc/driver/nvidia-nvswitch/devices 2>/dev/null | wc -l
+n=0
+for x in /proc/driver/nvidia-nvswitch/devices/*; do [ -e "$x" ] && n=$((n+1)); done
+echo "$n"
 true
 """
 
