@@ -123,7 +123,9 @@ def batch_read(conn: Connection, tasks: list[PlannedTask]) -> list[CommandResult
     token = pyrandom.token_hex(8)
     scripts = [t.module.read_script(t.args) for t in tasks]
     parts = [
-        f"( {script}\n) 2>/dev/null; printf '\\n@@{token} {i} %d@@\\n' $?"
+        # A group, not a subshell: one fork fewer per task (read scripts keep the shell as they
+        # found it: no exit, no cd, every variable set before it is read; see modules/base.py).
+        f"{{ {script}\n}} 2>/dev/null; printf '\\n@@{token} {i} %d@@\\n' $?"
         for i, script in enumerate(scripts)
     ]
     result = conn.run("\n".join(parts))

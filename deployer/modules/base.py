@@ -5,8 +5,9 @@ actual state (``read_script`` + ``parse``), and how to write (``write``). The en
 calls ``write`` only outside check mode, then reads again to prove the write worked.
 
 Read scripts are plain POSIX shell that print state and change nothing; the engine may batch the
-read scripts of many tasks into one round trip, so a script must not rely on the working directory,
-must not ``exit``, and must write everything it reports to stdout. A read script ends with status 0
+read scripts of many tasks into one round trip in one shell, so a script must not rely on or change
+the working directory, must not ``exit``, must set every variable it reads (a variable may still
+hold another task's value), and must write everything it reports to stdout. A read script ends with status 0
 when it could read the state (whatever the state is); any other status means the read itself failed
 (the task fails, or in check mode after an earlier change is reported as a predicted change).
 """

@@ -54,9 +54,8 @@ def _abs_path(key: str, path: str) -> None:
 def stat_script(path: str, with_hash: bool) -> str:
     p = q(path)
     hash_part = (
-        f"if [ -f {p} ]; then printf 'sha256=%s\\n' \"$(sha256sum < {p} | cut -d' ' -f1)\"; fi; "
-        if with_hash
-        else ""
+        # No subshell, no cut: sha256sum's "HASH  -" goes straight out (one process per file).
+        f"if [ -f {p} ]; then printf 'sha256='; sha256sum < {p} || echo; fi; " if with_hash else ""
     )
     return (
         f"if [ -e {p} ] || [ -L {p} ]; then echo exists=1; "
@@ -82,7 +81,7 @@ def parse_stat(result: CommandResult) -> dict[str, Any]:
         "mode": kv.get("mode"),
     }
     if "sha256" in kv:
-        actual["sha256"] = kv["sha256"]
+        actual["sha256"] = kv["sha256"].split(" ", 1)[0]
     if "target" in kv:
         actual["target"] = kv["target"]
     return actual
