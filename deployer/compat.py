@@ -14,9 +14,12 @@ Public API
     may then be absent) and a disagreement with the inventory is a refusal. ``origin(key)`` may
     return ``(source, line)`` for error messages; a ``SourceDict`` is asked directly. Malformed
     values, unknown GPU models, unknown branches and wrong types raise ``InputError(key=...)``.
+``plans_from_vars([(host, variables, gpu_names), ...]) -> list[HostPlan]``
+    The same for many hosts; hosts with equal plan variables share one validation.
 ``check(plans) -> list[Refusal]``
     Every rule against every plan, plus the cross-host rules (one driver per GB200 rack).
-    Empty list = the plans are compatible.
+    Empty list = the plans are compatible. Each distinct combination of model and planned
+    versions is judged once; its refusals are repeated for each of its hosts, under its name.
 ``resolve(plan) -> ResolvedPlan``
     What a compatible plan implies: exact driver version and branch, CUDA major, module flavour,
     DCGM version and packages, exporter tag, Fabric Manager package and version, the ordered
@@ -563,6 +566,51 @@ def plan_from_vars(
         exporter_tag=tag,
         gpu_names=tuple(gpu_names or ()),
     )
+
+
+# The variables plan_from_vars reads (tests/unit/test_compat_plan.py holds it to that).
+PLAN_VARS = (
+    "gpu_model",
+    "gpu_count",
+    "nvswitch",
+    "rack",
+    "nvidia_driver_version",
+    "nvidia_driver_branch",
+    "nvidia_module_flavour",
+    "dcgm_version",
+    "dcgm_exporter_version",
+)
+_ABSENT = object()
+
+
+def plans_from_vars(
+    hosts: Iterable[tuple[str, Mapping[str, Any], Sequence[str] | None]],
+) -> list[HostPlan]:
+    """``plan_from_vars`` for each ``(host, variables, gpu_names)``, in order; hosts whose plan
+    variables (all but ``rack``) and GPU names are equal, with equal types, share one validation
+    (a fleet has a few combinations, and validating each host was a quarter of checking 100,000).
+    The first host with bad values raises, as it would alone."""
+    shared: dict[tuple[Any, ...], HostPlan] = {}
+    plans = []
+    for host, variables, gpu_names in hosts:
+        values = [variables.get(name, _ABSENT) for name in PLAN_VARS if name != "rack"]
+        key: tuple[Any, ...] | None = (
+            *((type(v), v) for v in values),
+            tuple(gpu_names) if gpu_names is not None else None,
+        )
+        try:
+            plan = shared.get(key)  # type: ignore[arg-type]
+        except TypeError:  # an unhashable value (a list where a version belongs): no sharing
+            plan, key = None, None
+        if plan is None:
+            plan = plan_from_vars(host, variables, gpu_names=gpu_names)
+            if key is not None:
+                shared[key] = plan
+        else:
+            rack = variables.get("rack")
+            plan = dataclasses.replace(plan, host=host, rack=None if rack is None else str(rack))
+        plans.append(plan)
+    return plans
 
 
 def resolve_target(to: str) -> DriverTarget:
@@ -1150,7 +1198,39 @@ def resolve(plan: HostPlan) -> ResolvedPlan:
     return resolved
 
 
-def _rack_rule(plans: Sequence[HostPlan]) -> list[Refusal]:
+# What one host's verdict depends on: every field of its plan but its name and rack (the rack
+# matters only to the cross-host rule, which reads it from the plan itself).
+_VERDICT_FIELDS = tuple(
+    f.name for f in dataclasses.fields(HostPlan) if f.name not in ("host", "rack")
+)
+
+
+class _Verdicts:
+    """``_evaluate`` once per distinct plan: the hosts of a fleet share a few (GPU model, planned
+    versions) combinations, and the rules' verdict is the same for each host of one (the host
+    name appears only as the refusals' ``host``, which :meth:`refusals` sets per host)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[Any, ...], tuple[ResolvedPlan | None, list[Refusal]]] = {}
+
+    def evaluate(self, plan: HostPlan) -> tuple[ResolvedPlan | None, list[Refusal]]:
+        """The shared verdict for ``plan``'s combination (its ResolvedPlan and refusals may name
+        another host of the same combination)."""
+        key = tuple(getattr(plan, name) for name in _VERDICT_FIELDS)
+        verdict = self._seen.get(key)
+        if verdict is None:
+            verdict = self._seen[key] = _evaluate(plan)
+        return verdict
+
+    def refusals(self, plan: HostPlan) -> list[Refusal]:
+        """``plan``'s refusals, each naming ``plan.host``."""
+        return [
+            r if r.host == plan.host else dataclasses.replace(r, host=plan.host)
+            for r in self.evaluate(plan)[1]
+        ]
+
+
+def _rack_rule(plans: Sequence[HostPlan], verdicts: _Verdicts) -> list[Refusal]:
     """GB200 NVL72: one driver version per rack."""
     m = matrix()
     racks: dict[str, dict[str, str]] = {}
@@ -1159,7 +1239,7 @@ def _rack_rule(plans: Sequence[HostPlan]) -> list[Refusal]:
         model = m.models.get(plan.gpu_model or "")
         if model is None or not model.rack_uniform_driver or plan.rack is None:
             continue
-        resolved, _ = _evaluate(plan)
+        resolved, _ = verdicts.evaluate(plan)
         version = resolved.driver_version if resolved else plan.driver_version
         if version:
             racks.setdefault(plan.rack, {})[plan.host] = version
@@ -1187,10 +1267,11 @@ def _rack_rule(plans: Sequence[HostPlan]) -> list[Refusal]:
 def check(plans: Iterable[HostPlan]) -> list[Refusal]:
     """Every refusal for these plans, host by host, then the cross-host rules."""
     plans = list(plans)
+    verdicts = _Verdicts()
     refusals: list[Refusal] = []
     for plan in plans:
-        refusals.extend(_evaluate(plan)[1])
-    refusals.extend(_rack_rule(plans))
+        refusals.extend(verdicts.refusals(plan))
+    refusals.extend(_rack_rule(plans, verdicts))
     return refusals
 
 

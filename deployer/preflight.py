@@ -27,13 +27,13 @@ def host_plans(
     facts: Mapping[str, HostFacts] | None,
 ) -> list[compat.HostPlan]:
     """Plans from resolved variables; with facts, the GPU names seen on the host decide the model."""
-    plans = []
+    entries = []
     for host in gpu_hosts(inventory, hosts):
         names = None
         if facts is not None and host in facts and facts[host].gpus:
             names = [g.name for g in facts[host].gpus]
-        plans.append(compat.plan_from_vars(host, variables[host], gpu_names=names))
-    return plans
+        entries.append((host, variables[host], names))
+    return compat.plans_from_vars(entries)
 
 
 def refusals(plans: list[compat.HostPlan]) -> list[compat.Refusal]:

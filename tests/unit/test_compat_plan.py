@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployer.compat import DriverTarget, plan_from_vars, resolve_target
+from deployer.compat import PLAN_VARS, DriverTarget, plan_from_vars, plans_from_vars, resolve_target
 from deployer.errors import InputError
 from deployer.yamlsrc import load_yaml_text
 
@@ -191,3 +191,81 @@ def test_bad_upgrade_target_raises_input_error_on_to(to, says):
         resolve_target(to)
     assert err.value.key == "--to"
     assert says in err.value.message
+
+
+# --- many hosts: equal plan variables share one validation ----------------------------------
+
+
+class RecordingVars(dict):
+    """Variables that note every name looked up."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read: set[str] = set()
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+
+def test_a_plan_depends_only_on_the_plan_variables():
+    variables = RecordingVars(BASE, nvidia_driver_branch="580", rack="r1", cluster="c1")
+    plan_from_vars("gpu01", variables)
+    assert variables.read <= set(PLAN_VARS)
+
+
+def test_hosts_with_equal_plan_variables_each_get_their_own_name_and_rack():
+    hosts = [
+        ("gpu01", {**BASE, "rack": "r1", "nvidia_driver_branch": "580"}, None),
+        ("gpu02", {**BASE, "rack": 7, "nvidia_driver_branch": "580"}, None),
+        ("gpu03", {**BASE, "nvidia_driver_branch": "580"}, None),
+    ]
+    assert plans_from_vars(hosts) == [plan_from_vars(h, v) for h, v, _ in hosts]
+
+
+def test_hosts_with_different_gpu_names_from_facts_are_planned_apart():
+    hosts = [
+        ("gpu01", {"gpu_count": 8}, ["NVIDIA H100 80GB HBM3"]),
+        ("gpu02", {"gpu_count": 8}, ["NVIDIA H200"]),
+    ]
+    assert [p.gpu_names for p in plans_from_vars(hosts)] == [
+        ("NVIDIA H100 80GB HBM3",),
+        ("NVIDIA H200",),
+    ]
+
+
+def test_a_value_equal_to_an_accepted_one_but_of_another_type_is_still_refused():
+    # True == 1 in Python: the second host must not inherit the first host's validation.
+    with pytest.raises(InputError) as err:
+        plans_from_vars(
+            [
+                ("gpu01", {**BASE, "gpu_count": 1}, None),
+                ("gpu02", {**BASE, "gpu_count": True}, None),
+            ]
+        )
+    assert err.value.key == "gpu_count"
+    assert err.value.message.startswith("host gpu02:")
+
+
+def test_an_explicit_null_is_not_taken_for_an_absent_variable():
+    with pytest.raises(InputError) as err:
+        plans_from_vars([("gpu01", dict(BASE), None), ("gpu02", {**BASE, "nvswitch": None}, None)])
+    assert err.value.key == "nvswitch"
+    assert err.value.message.startswith("host gpu02:")
+
+
+def test_an_unhashable_bad_value_is_refused_naming_its_host():
+    with pytest.raises(InputError) as err:
+        plans_from_vars(
+            [("gpu01", dict(BASE), None), ("gpu02", {**BASE, "gpu_model": ["H100"]}, None)]
+        )
+    assert err.value.key == "gpu_model"
+    assert err.value.message.startswith("host gpu02:")

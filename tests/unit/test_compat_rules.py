@@ -248,6 +248,14 @@ def test_every_host_is_checked_and_named():
     assert [r.host for r in check(plans)] == ["gpu04", "gpu05"]
 
 
+def test_hosts_of_one_plan_are_each_refused_under_their_own_name_with_the_same_message():
+    plans = [plan(h, gpu_model="V100", nvidia_driver_branch="595") for h in ("gpu04", "gpu05")]
+    refusals = check(plans)
+    assert [r.host for r in refusals] == ["gpu04", "gpu05"]
+    assert [str(r) for r in refusals] == [str(r) for p in plans for r in check([p])]
+    assert str(refusals[1]).startswith("gpu05: V100 (Volta) is not supported after branch R580")
+
+
 def test_one_host_can_break_several_rules_at_once():
     refusals = check(
         [
