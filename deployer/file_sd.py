@@ -7,8 +7,11 @@ named in ``prometheus_target_label_vars``: cluster, rack, gpu_model, slurm_parti
 and, for a host whose ``scrape_tier`` is a configured tier, that tier's ``__scrape_interval__`` and
 ``__scrape_timeout__``, so changing tiers needs no reload either.
 
-The prometheus role renders the same files from ``templates/file_sd.json.j2``;
-tests/unit/test_file_sd.py proves the two agree byte for byte.
+A targets file is JSON with one target group per line (sorted keys, the C encoder: 100,000
+hosts' groups are encoded in a fraction of what an indented dump takes). The prometheus role
+writes exactly these files: its template ``templates/file_sd.json.j2`` calls
+:func:`targets_file` (registered as the template global ``file_sd_targets_file``), so there is
+one implementation; tests/unit/test_file_sd.py checks what the role plans.
 """
 
 from __future__ import annotations
@@ -68,16 +71,24 @@ def truthy(value: Any) -> bool:
     return bool(value)
 
 
+def job_members(variables: Mapping[str, Any], job: str) -> list[str]:
+    """Which inventory hosts ``job`` scrapes (the sidecar job only when the sidecar is on)."""
+    if job == "dcgm":
+        return members(variables, [variables["prometheus_gpu_group"]])
+    if job == "node":
+        return members(variables, variables["prometheus_node_groups"])
+    if job in ("prometheus", "thanos-sidecar"):
+        if job == "thanos-sidecar" and not truthy(variables["prometheus_thanos_sidecar"]):
+            return []
+        return members(variables, [variables["prometheus_group"]])
+    if job == "alertmanager":
+        return members(variables, [variables["prometheus_alertmanager_group"]])
+    raise KeyError(f"no scrape job {job!r}; jobs: {', '.join(JOBS)}")
+
+
 def job_hosts(variables: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Which inventory hosts each job scrapes (the sidecar job only when the sidecar is on)."""
-    sidecar = truthy(variables["prometheus_thanos_sidecar"])
-    return {
-        "dcgm": members(variables, [variables["prometheus_gpu_group"]]),
-        "node": members(variables, variables["prometheus_node_groups"]),
-        "prometheus": members(variables, [variables["prometheus_group"]]),
-        "alertmanager": members(variables, [variables["prometheus_alertmanager_group"]]),
-        "thanos-sidecar": members(variables, [variables["prometheus_group"]]) if sidecar else [],
-    }
+    """Which inventory hosts each job scrapes."""
+    return {job: job_members(variables, job) for job in JOBS}
 
 
 def job_ports(variables: Mapping[str, Any]) -> dict[str, int]:
@@ -90,27 +101,39 @@ def job_ports(variables: Mapping[str, Any]) -> dict[str, int]:
     }
 
 
+def job_targets(variables: Mapping[str, Any], job: str) -> list[dict[str, Any]]:
+    """The target groups of ``job``, one per host, from one Prometheus host's variables."""
+    hostvars = variables["hostvars"]
+    port = job_ports(variables)[job]
+    with_metadata = job in ("dcgm", "node")
+    return [
+        {
+            "targets": [f"{_address(hostvars, h)}:{port}"],
+            "labels": _labels(variables, h) if with_metadata else {"node": h},
+        }
+        for h in job_members(variables, job)
+    ]
+
+
 def file_sd_targets(variables: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Target groups per job, from one Prometheus host's variables (``groups``, ``hostvars`` and
     the ``prometheus_*`` settings of the role)."""
-    hostvars = variables["hostvars"]
-    ports = job_ports(variables)
-    out: dict[str, list[dict[str, Any]]] = {}
-    for job, hosts in job_hosts(variables).items():
-        with_metadata = job in ("dcgm", "node")
-        out[job] = [
-            {
-                "targets": [f"{_address(hostvars, h)}:{ports[job]}"],
-                "labels": _labels(variables, h) if with_metadata else {"node": h},
-            }
-            for h in hosts
-        ]
-    return out
+    return {job: job_targets(variables, job) for job in JOBS}
+
+
+_ENCODER = json.JSONEncoder(sort_keys=True)
 
 
 def render(groups: list[dict[str, Any]]) -> str:
-    """A targets file's text (what the role's template renders: sorted keys, 2-space indent)."""
-    return json.dumps(groups, indent=2, sort_keys=True) + "\n"
+    """A targets file's text: a JSON list with one group per line, keys sorted."""
+    if not groups:
+        return "[]\n"
+    return "[\n  " + ",\n  ".join(map(_ENCODER.encode, groups)) + "\n]\n"
+
+
+def targets_file(variables: Mapping[str, Any], job: str) -> str:
+    """The targets file of ``job`` (what the prometheus role writes to ``<job>.json``)."""
+    return render(job_targets(variables, job))
 
 
 def expected_targets(variables: Mapping[str, Any]) -> list[Target]:

@@ -18,6 +18,7 @@ import jinja2
 import yaml
 from jinja2 import StrictUndefined
 
+from deployer import file_sd
 from deployer.errors import InputError
 
 _WHOLE_EXPR = re.compile(r"^\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\Z", re.S)
@@ -77,6 +78,10 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
         mandatory=_mandatory,
         basename=lambda p: str(p).rsplit("/", 1)[-1],
         dirname=lambda p: str(p).rsplit("/", 1)[0] if "/" in str(p) else "",
+    )
+    # The prometheus role's targets files (file_sd.json.j2) come from deployer/file_sd.py itself.
+    env.globals["file_sd_targets_file"] = jinja2.pass_context(
+        lambda context, job: file_sd.targets_file(context.parent, job)
     )
     return env
 

@@ -139,6 +139,23 @@ def test_rendered_file_is_stable_json_with_a_trailing_newline():
     assert text == file_sd.render(json.loads(text))
 
 
+def test_rendered_file_has_one_target_group_per_line():
+    groups = file_sd.file_sd_targets(variables())["node"]
+    lines = file_sd.render(groups).splitlines()
+    assert lines[0] == "[" and lines[-1] == "]"
+    assert [json.loads(line.rstrip(",")) for line in lines[1:-1]] == groups
+
+
+def test_an_empty_job_renders_an_empty_list():
+    assert file_sd.render([]) == "[]\n"
+
+
+def test_targets_file_of_a_job_is_that_jobs_groups_rendered():
+    v = variables(prometheus_thanos_sidecar=True)
+    for job, groups in file_sd.file_sd_targets(v).items():
+        assert file_sd.targets_file(v, job) == file_sd.render(groups), job
+
+
 def test_expected_targets_list_every_job_instance_and_node():
     expected = file_sd.expected_targets(variables())
     assert Target("dcgm", "10.0.0.11:9400", "gpu01") in expected
