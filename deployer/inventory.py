@@ -45,6 +45,7 @@ name, and group_vars/host_vars entries naming no group or host, are reported in
 from __future__ import annotations
 
 import ast
+import functools
 import getpass
 import ipaddress
 import json
@@ -54,7 +55,7 @@ import re
 import shlex
 import string
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -524,6 +525,7 @@ class _Draft:
         }
         self.hosts: dict[str, _DraftHost] = {}
         self.priority_origin: dict[str, Origin] = {}
+        self.checked_names: set[str] = set()
 
     def add_group(self, name: str, origin: Origin) -> Group:
         group = self.groups.get(name)
@@ -601,7 +603,8 @@ class _Draft:
             host.inline_origins["ansible_port"] = origin
         for key, value in variables.items():
             where = var_origin(key)
-            _check_var_name(key, where)
+            if key not in self.checked_names:  # the same few names recur on every host
+                self.checked_names.add(_check_var_name(key, where))
             host.inline_vars[key] = value
             host.inline_origins[key] = where
 
@@ -1015,7 +1018,10 @@ def _local_user() -> str:
 
 
 def _connection_spec(
-    name: str, variables: Mapping[str, Any], origins: Mapping[str, str]
+    name: str,
+    variables: Mapping[str, Any],
+    origins: Mapping[str, str],
+    expand_user: Callable[[str], str] = os.path.expanduser,
 ) -> ConnectionSpec:
     def pick(*keys: str) -> tuple[str | None, Any]:
         # Ansible reads the aliases in order; the last one present wins.
@@ -1028,7 +1034,7 @@ def _connection_spec(
     def text(key: str | None, value: Any) -> str | None:
         if key is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise _var_error(f"must be a string, got {value!r}", key, origins.get(key))
         value = str(value).strip()
         if not value:
@@ -1074,10 +1080,10 @@ def _connection_spec(
         address=address,
         port=port,
         user=user,
-        private_key_file=os.path.expanduser(key_file) if key_file else None,
+        private_key_file=expand_user(key_file) if key_file else None,
         become=become,
         become_user=become_user,
-        known_hosts_file=os.path.expanduser(known_hosts),
+        known_hosts_file=expand_user(known_hosts),
         host_key_policy=policy,
     )
 
@@ -1103,15 +1109,21 @@ _CONNECTION_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescap
 
 
 def _render_connection_vars(
-    variables: dict[str, Any], context: dict[str, Any], origins: Mapping[str, str]
+    variables: dict[str, Any],
+    context: Callable[[], dict[str, Any]],
+    origins: Mapping[str, str],
 ) -> dict[str, Any]:
-    """Connection variables may be templates (``"{{ inventory_hostname }}.mgmt"``) as in Ansible."""
-    rendered = dict(variables)
+    """Connection variables may be templates (``"{{ inventory_hostname }}.mgmt"``) as in Ansible;
+    ``context()`` gives the magic variables, built only for a host that has such a template."""
+    rendered = variables
     for key in _CONNECTION_VARS:
         value = variables.get(key)
         if isinstance(value, str) and ("{{" in value or "{%" in value):
+            if rendered is variables:
+                rendered = dict(variables)
+                scope = {**variables, **context()}
             try:
-                rendered[key] = _CONNECTION_ENV.from_string(value).render({**variables, **context})
+                rendered[key] = _CONNECTION_ENV.from_string(value).render(scope)
             except jinja2.TemplateError as exc:
                 raise _var_error(f"cannot render {value!r}: {exc}", key, origins.get(key)) from None
     return rendered
@@ -1242,27 +1254,42 @@ def load_inventory(
         secrets.add(_secrets_in(group.file_vars))
     secrets.add(_secrets_in(extra))
 
-    member_groups = {name: _member_groups(groups, draft.hosts[name].groups) for name in draft.hosts}
+    # Hosts with the same direct groups (a rack's) share their group list and the merge of
+    # their groups' variables: computed once per distinct membership, not per host.
+    memberships: dict[tuple[str, ...], _Membership] = {}
+    member_groups: dict[str, _Membership] = {}
+    for name, draft_host in draft.hosts.items():
+        direct = tuple(draft_host.groups)
+        membership = memberships.get(direct)
+        if membership is None:
+            membership = memberships[direct] = _Membership(groups, direct)
+        member_groups[name] = membership
     group_members: dict[str, list[str]] = {g: [] for g in groups}
-    for host_name, names in member_groups.items():
-        for g in names:
+    for host_name, membership in member_groups.items():
+        for g in membership.ordered:
             group_members[g].append(host_name)
 
+    # Every host names the same key and known_hosts files: expand each path once per load.
+    expand_user = functools.lru_cache(maxsize=None)(os.path.expanduser)
     hosts: list[Host] = []
     for name, draft_host in draft.hosts.items():
-        secrets.add(_secrets_in(draft_host.inline_vars))
-        secrets.add(_secrets_in(draft_host.file_vars))
-        ordered = member_groups[name]
-        variables, origins = _resolve(groups, ordered, draft_host, extra)
-        context = {
-            "inventory_hostname": name,
-            "inventory_hostname_short": name.split(".")[0],
-            "group_names": sorted(g for g in ordered if g != "all"),
-            "groups": group_members,
-        }
-        rendered = _render_connection_vars(variables, context, origins)
-        connection = _connection_spec(name, rendered, origins)
-        hosts.append(Host(name, tuple(ordered), variables, connection, origins))
+        for found in (_secrets_in(draft_host.inline_vars), _secrets_in(draft_host.file_vars)):
+            if found:
+                secrets.add(found)
+        membership = member_groups[name]
+        variables, origins = _resolve(membership, draft_host, extra)
+        rendered = _render_connection_vars(
+            variables,
+            lambda name=name, membership=membership: {
+                "inventory_hostname": name,
+                "inventory_hostname_short": name.split(".")[0],
+                "group_names": list(membership.group_names),
+                "groups": group_members,
+            },
+            origins,
+        )
+        connection = _connection_spec(name, rendered, origins, expand_user)
+        hosts.append(Host(name, membership.ordered, variables, connection, origins))
 
     return Inventory(
         sources=[str(f) for f in files],
@@ -1283,7 +1310,7 @@ def _compute_depths(groups: dict[str, Group]) -> None:
         group.depth = depth(name)
 
 
-def _member_groups(groups: dict[str, Group], direct: list[str]) -> list[str]:
+def _member_groups(groups: dict[str, Group], direct: Iterable[str]) -> list[str]:
     """Every group a host is in (ancestors included), in Ansible's merge order."""
     found: set[str] = {"all"}
     stack = list(direct)
@@ -1296,21 +1323,39 @@ def _member_groups(groups: dict[str, Group], direct: list[str]) -> list[str]:
     return sorted(found, key=lambda g: (g != "all", groups[g].depth, groups[g].priority, g))
 
 
+class _Membership:
+    """What the hosts of one set of direct groups share: every group they are in (merge order),
+    ``group_names``, and those groups' variables merged (inventory files, then group_vars/)."""
+
+    def __init__(self, groups: dict[str, Group], direct: tuple[str, ...]) -> None:
+        self.ordered = tuple(_member_groups(groups, direct))
+        self.group_names = tuple(sorted(g for g in self.ordered if g != "all"))
+        self.variables: dict[str, Any] = {}
+        self.origins: dict[str, str] = {}
+        layers = [(groups[g].inventory_vars, groups[g].inventory_var_origins) for g in self.ordered]
+        layers += [(groups[g].file_vars, groups[g].file_var_origins) for g in self.ordered]
+        for values, where in layers:
+            for key, value in values.items():
+                self.variables[key] = value
+                self.origins[key] = _fmt_origin(where[key])
+
+
 def _resolve(
-    groups: dict[str, Group], ordered: list[str], host: _DraftHost, extra: Mapping[str, Any]
+    membership: _Membership, host: _DraftHost, extra: Mapping[str, Any]
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    layers: list[tuple[Mapping[str, Any], Mapping[str, Origin] | None]] = []
-    layers += [(groups[g].inventory_vars, groups[g].inventory_var_origins) for g in ordered]
-    layers += [(groups[g].file_vars, groups[g].file_var_origins) for g in ordered]
-    layers.append((host.inline_vars, host.inline_origins))
-    layers.append((host.file_vars, host.file_origins))
-    layers.append((extra, None))
-    variables: dict[str, Any] = {}
-    origins: dict[str, str] = {}
-    for values, where in layers:
+    """A host's variables and their origins: its groups' (shared), its own, then extra vars."""
+    variables = dict(membership.variables)
+    origins = dict(membership.origins)
+    for values, where in (
+        (host.inline_vars, host.inline_origins),
+        (host.file_vars, host.file_origins),
+    ):
         for key, value in values.items():
             variables[key] = value
-            origins[key] = _fmt_origin(where[key]) if where is not None else "-e"
+            origins[key] = _fmt_origin(where[key])
+    for key, value in extra.items():
+        variables[key] = value
+        origins[key] = "-e"
     return variables, origins
 
 
