@@ -355,9 +355,25 @@ class GpuStackBench:
         )
 
 
+def engine_tree() -> dict[str, Any]:
+    """The commit the engine ran from and the engine files then modified but not committed
+    (other engineers work in the same tree)."""
+    import subprocess
+
+    repo = BENCH_DIR.parent
+
+    def git(*argv: str) -> str:
+        got = subprocess.run(["git", *argv], cwd=repo, capture_output=True, text=True, check=False)
+        return got.stdout.rstrip("\n")
+
+    dirty = git("status", "--porcelain", "--", "deployer", "roles", "site.yml", "templates")
+    return {"commit": git("rev-parse", "--short", "HEAD"), "uncommitted": dirty.splitlines()}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     fleet, inventory = gpu_fleet(args.lab)
     host_machine = machine()
+    engine = engine_tree()
     extra_vars = args.extra_vars if args.extra_vars is not None else list(LAB_EXTRA_VARS)
     bench = GpuStackBench(
         fleet, inventory, extra_vars, Path(args.workdir) / f"gpustack-{os.getpid()}"
@@ -429,6 +445,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "floor_parts": floor_check,
         "machine": host_machine,
         "versions": {"gpumon": tool_versions()["gpumon"]},
+        "engine_at_start": engine,
         "runs": {"noop": args.runs, "cold": args.cold_runs},
         "hosts_pristine_at_start": pristine,
         "summaries": [s.to_json() for s in summaries],
