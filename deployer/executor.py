@@ -2,8 +2,8 @@
 
 Per host and play: all read scripts go to the host in one round trip; each task then compares
 desired with actual, writes only the difference (never in check mode), and reads again to prove
-it. A task after an earlier change is read again on its own, since the change may have moved its
-state. Handlers run once per host after the play's roles, in handler-file order. One host's failure
+it. A write outdates every read taken before it: the read that proves a write also reads the next
+task, and a task left without a current read is read again, batched with the tasks after it. Handlers run once per host after the play's roles, in handler-file order. One host's failure
 or unreachability never stops the others.
 """
 
@@ -29,6 +29,10 @@ DEFAULT_FORKS = 50
 # Reads that fail (non-zero exit or unparsable output) are tried this often, this far apart.
 READ_ATTEMPTS = 3
 READ_RETRY_DELAY_S = 1.0
+# After a write outdated the reads taken before it, the next task without a read is read together
+# with up to this many tasks after it (a cold run changes most tasks: a bigger batch would mostly
+# be read again after the next write).
+REREAD_BATCH = 8
 
 
 class Events(Protocol):
@@ -221,20 +225,38 @@ class Executor:
     def _converge(self, state: _HostState, hp: HostPlay, hreport: Any) -> None:
         conn = state.conn()
         module_tasks = [t for t in hp.tasks if not t.flush_handlers]
-        pre_reads = dict(zip(map(id, module_tasks), batch_read(conn, module_tasks), strict=True))
+        # Reads no write has outdated yet, by task: all of the play's, in one round trip first.
+        # After a write, the read that verifies it also reads the next task; a task with no
+        # current read gets one batched with the tasks after it (see REREAD_BATCH).
+        current: dict[int, CommandResult | None] = dict(
+            zip(map(id, module_tasks), batch_read(conn, module_tasks), strict=True)
+        )
         changed_before = False
         notified: set[str] = set()
-        for task in hp.tasks:
+        for pos, task in enumerate(hp.tasks):
             if task.flush_handlers:
+                ran = bool(notified)
                 if not self._run_handlers(state, hp, notified, hreport):
                     return
                 notified.clear()
                 changed_before = True  # handlers may have moved any later task's state
+                if ran:
+                    current = {}
                 continue
-            pre_read = pre_reads[id(task)]
+            if id(task) not in current:
+                upcoming = _upcoming(hp.tasks, pos, REREAD_BATCH)
+                current = dict(zip(map(id, upcoming), batch_read(conn, upcoming), strict=True))
+            after_write: dict[int, CommandResult | None] = {}
             result = self._run_task(
-                state, task, None if changed_before else pre_read, changed_before
+                state,
+                task,
+                current[id(task)],
+                changed_before,
+                lookahead=_upcoming(hp.tasks, pos + 1, 1),
+                after_write=after_write,
             )
+            if result.wrote:
+                current = after_write
             hreport.tasks.append(result)
             self.events.task_done(result)
             if result.status == Status.FAILED:
@@ -268,6 +290,8 @@ class Executor:
         after_change: bool,
         *,
         forced: bool = False,
+        lookahead: list[PlannedTask] | None = None,
+        after_write: dict[int, CommandResult | None] | None = None,
     ) -> TaskResult:
         self.events.task_started(state.name, task)
         started = time.monotonic()
@@ -313,7 +337,8 @@ class Executor:
             if self.check:
                 result.status, result.predicted = Status.CHANGED, True
                 return self._finish(result, started)
-            self._write(state, task, obs)
+            result.wrote = True
+            self._write(state, task, obs, lookahead or [], after_write)
             if not module.reports_change:
                 result.differences = {}
                 result.content_diff = None
@@ -328,7 +353,16 @@ class Executor:
             result.error = mask_text(f"{type(exc).__name__}: {exc}")
         return self._finish(result, started)
 
-    def _write(self, state: _HostState, task: PlannedTask, obs: Observation) -> None:
+    def _write(
+        self,
+        state: _HostState,
+        task: PlannedTask,
+        obs: Observation,
+        lookahead: list[PlannedTask],
+        after_write: dict[int, CommandResult | None] | None,
+    ) -> None:
+        """Write, then read again to prove it; that read also reads ``lookahead`` (the next
+        tasks, whose reads the write may have outdated) into ``after_write``."""
         assert not self.check, "the write side must never run in check mode"
         module, args = task.module, task.args
         module.write(_WriteSession(state), args, obs)
@@ -336,7 +370,13 @@ class Executor:
         for attempt in range(READ_ATTEMPTS):
             if attempt:
                 time.sleep(READ_RETRY_DELAY_S)
-            raw = state.conn().run(module.read_script(args))
+            raw: CommandResult | None = None
+            if attempt == 0 and lookahead and after_write is not None:
+                verify, *ahead = batch_read(state.conn(), [task, *lookahead])
+                after_write.update(zip(map(id, lookahead), ahead, strict=True))
+                raw = verify if verify is not None and verify.rc == 0 else None
+            if raw is None:
+                raw = state.conn().run(module.read_script(args))
             after, error = _try_observe(task, raw)
             if after is not None:
                 break
@@ -372,6 +412,17 @@ class Executor:
     def _finish(result: TaskResult, started: float) -> TaskResult:
         result.duration_s = time.monotonic() - started
         return result
+
+
+def _upcoming(tasks: list[PlannedTask], start: int, limit: int) -> list[PlannedTask]:
+    """Up to ``limit`` module tasks from ``start`` on, stopping at a flush of handlers (the
+    handlers may change what those tasks would read)."""
+    out: list[PlannedTask] = []
+    for task in tasks[start:]:
+        if task.flush_handlers or len(out) >= limit:
+            break
+        out.append(task)
+    return out
 
 
 def _try_observe(task: PlannedTask, raw: CommandResult) -> tuple[Observation | None, str | None]:

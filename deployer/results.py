@@ -33,6 +33,7 @@ class TaskResult:
     predicted: bool = False  # check mode: would change (or depends on an earlier change)
     handler: bool = False
     source: str | None = None
+    wrote: bool = False  # the write side ran (a changed_when: false task writes and stays ok)
 
     @property
     def changed(self) -> bool:

@@ -219,3 +219,44 @@ def test_hostvars_render_in_the_other_hosts_own_scope(tmp_path):
     assert variables["me"] == "a"
     assert variables["hostvars"]["b"]["me"] == "b"
     assert planner.renderer.evaluate("hostvars['b'].me", variables, "t", 1, "k") == "b"
+
+
+class CountingConnection(LocalConnection):
+    """A local connection that records every command it runs."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.commands: list[str] = []
+
+    def run(self, command: str, **kw: Any) -> CommandResult:
+        self.commands.append(command)
+        return super().run(command, **kw)
+
+
+def test_a_quiet_write_outdates_the_reads_of_later_tasks(tmp_path):
+    play = Play(name="outdating", hosts="all", roles=("outdating",))
+    planner = Planner(FakeInventory({"h1": {"base": str(tmp_path)}}), [ROLES], None)
+    planner.load_roles((play,))
+    plans = [planner.plan_host("h1", [play])]
+    Executor(lambda h: LocalConnection(h)).run(plans, (play,))
+    # Second run: "seed" exists when the play's batched read runs, then the quiet command removes
+    # it; "seed again" must read again rather than trust the read from before the command.
+    again = Executor(lambda h: LocalConnection(h)).run(plans, (play,))
+    statuses = [t.status for t in again.hosts["h1"].tasks]
+    assert statuses == [Status.OK, Status.OK, Status.CHANGED]
+    assert (tmp_path / "seed").read_text() == "x\n"
+
+
+def test_the_read_that_proves_a_write_also_reads_the_next_task(host_vars):
+    conn = CountingConnection("h1")
+    plans = plans_for({"h1": host_vars})
+    report = Executor(lambda h: conn).run(plans, (PLAY,))
+    assert report.ok
+    changed = [t for t in report.hosts["h1"].tasks if t.status == Status.CHANGED and not t.handler]
+    # Reads: the play's one batch, then one read per write that proves it; every such read but
+    # the last one's also reads the next task, so no task is ever read on its own before use.
+    reads = [c for c in conn.commands if "exists=" in c and "/handled-" not in c]
+    batched = [c for c in reads if "@@" in c]
+    assert len(reads) == 1 + len(changed)
+    assert len(batched) == len(changed)
+    assert len(changed) >= 3
