@@ -33,8 +33,8 @@ class Target:
     node: str
 
 
-def _address(hostvars: Mapping[str, Any], host: str) -> str:
-    return str(hostvars[host].get("ansible_host", host))
+def _address(hv: Mapping[str, Any], host: str) -> str:
+    return str(hv.get("ansible_host", host))
 
 
 def _unique(hosts: Sequence[str]) -> list[str]:
@@ -44,18 +44,34 @@ def _unique(hosts: Sequence[str]) -> list[str]:
     return list(seen)
 
 
-def _labels(variables: Mapping[str, Any], host: str) -> dict[str, str]:
-    hv = variables["hostvars"][host]
-    labels = {"node": host}
-    for name in variables["prometheus_target_label_vars"]:
-        if name in hv and hv[name] is not None:
-            labels[name] = str(hv[name])
-    tiers = variables["prometheus_scrape_tiers"]
-    tier = hv.get("scrape_tier")
-    if tier is not None and str(tier) in tiers:
-        labels["__scrape_interval__"] = str(tiers[str(tier)]["interval"])
-        labels["__scrape_timeout__"] = str(tiers[str(tier)]["timeout"])
-    return labels
+class _Labels:
+    """The labels of GPU-host targets, with the job's settings read once (not once per host)."""
+
+    def __init__(self, variables: Mapping[str, Any]) -> None:
+        self.names = list(variables["prometheus_target_label_vars"])
+        self.tiers = variables["prometheus_scrape_tiers"]
+        self._tier_labels: dict[str, dict[str, str]] = {}
+
+    def of(self, hv: Mapping[str, Any], host: str) -> dict[str, str]:
+        labels = {"node": host}
+        for name in self.names:
+            value = hv.get(name)
+            if value is not None:
+                labels[name] = str(value)
+        tier = hv.get("scrape_tier")
+        if tier is not None and str(tier) in self.tiers:
+            labels.update(self._tier(str(tier)))
+        return labels
+
+    def _tier(self, name: str) -> dict[str, str]:
+        got = self._tier_labels.get(name)
+        if got is None:
+            tier = self.tiers[name]
+            got = self._tier_labels[name] = {
+                "__scrape_interval__": str(tier["interval"]),
+                "__scrape_timeout__": str(tier["timeout"]),
+            }
+        return got
 
 
 def members(variables: Mapping[str, Any], group_names: Sequence[str]) -> list[str]:
@@ -105,14 +121,18 @@ def job_targets(variables: Mapping[str, Any], job: str) -> list[dict[str, Any]]:
     """The target groups of ``job``, one per host, from one Prometheus host's variables."""
     hostvars = variables["hostvars"]
     port = job_ports(variables)[job]
-    with_metadata = job in ("dcgm", "node")
-    return [
-        {
-            "targets": [f"{_address(hostvars, h)}:{port}"],
-            "labels": _labels(variables, h) if with_metadata else {"node": h},
-        }
-        for h in job_members(variables, job)
-    ]
+    hosts = job_members(variables, job)
+    if job not in ("dcgm", "node"):
+        return [
+            {"targets": [f"{_address(hostvars[h], h)}:{port}"], "labels": {"node": h}}
+            for h in hosts
+        ]
+    labels = _Labels(variables)
+    groups = []
+    for h in hosts:
+        hv = hostvars[h]
+        groups.append({"targets": [f"{_address(hv, h)}:{port}"], "labels": labels.of(hv, h)})
+    return groups
 
 
 def file_sd_targets(variables: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
