@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -348,3 +349,30 @@ def test_example_inventory_follows_the_shared_contracts() -> None:
         assert v["gpu_model"] in {"H100", "H200", "A100", "V100", "B200", "GH200", "L40S", "T4"}
         assert {"rack", "cluster", "slurm_partition", "scrape_tier"} <= set(v)
         assert v["nvidia_module_flavour"] in {"auto", "open", "proprietary"}
+
+
+# --- the cyclic garbage collector is paused for a load only ---------------------------------
+
+
+def test_load_leaves_the_garbage_collector_running(tmp_path: Path) -> None:
+    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    gpu01: {}\n")
+    assert gc.isenabled()
+    load_inventory(tmp_path / "hosts.yml")
+    assert gc.isenabled()
+
+
+def test_a_failed_load_leaves_the_garbage_collector_running(tmp_path: Path) -> None:
+    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    'bad name!': {}\n")
+    with pytest.raises(InputError):
+        load_inventory(tmp_path / "hosts.yml")
+    assert gc.isenabled()
+
+
+def test_load_does_not_turn_on_a_collector_the_caller_turned_off(tmp_path: Path) -> None:
+    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    gpu01: {}\n")
+    gc.disable()
+    try:
+        load_inventory(tmp_path / "hosts.yml")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
