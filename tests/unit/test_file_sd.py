@@ -3,6 +3,7 @@ scrape tiers as per-target intervals, and the role's template rendering the very
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,14 @@ def test_targets_file_of_a_job_is_that_jobs_groups_rendered():
     v = variables(prometheus_thanos_sidecar=True)
     for job, groups in file_sd.file_sd_targets(v).items():
         assert file_sd.targets_file(v, job) == file_sd.render(groups), job
+
+
+def test_generating_targets_leaves_the_garbage_collector_running():
+    file_sd.file_sd_targets(variables())
+    assert gc.isenabled()
+    with pytest.raises(KeyError):
+        file_sd.job_targets(variables(hostvars={}), "dcgm")
+    assert gc.isenabled()
 
 
 def test_expected_targets_list_every_job_instance_and_node():
