@@ -78,9 +78,41 @@ class _ReadSession:
 
 
 class _WriteSession(_ReadSession):
-    """The write side's session; the executor creates one only outside check mode."""
+    """The write side's session; the executor creates one only outside check mode.
+
+    With ``then_read`` (for modules whose ``write_then_read`` is set), every write command is
+    followed, in the same round trip and only if it succeeded, by the batched reads of those
+    tasks; ``reads`` keeps the reads that followed the last write command.
+    """
+
+    def __init__(self, host: _HostState, then_read: list[PlannedTask] | None = None) -> None:
+        super().__init__(host)
+        self._scripts = [t.module.read_script(t.args) for t in then_read or []]
+        self.reads: list[CommandResult | None] | None = None
+
+    def run(
+        self, command: str, *, stdin: bytes | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        self.reads = None
+        if not self._scripts:
+            return super().run(command, stdin=stdin, timeout=timeout)
+        token = pyrandom.token_hex(8)
+        marker = f"@@{token} write "
+        script = (
+            f"( {command}\n)\nrc=$?\nprintf '\\n{marker}%d@@\\n' \"$rc\"\n"
+            f'if [ "$rc" -eq 0 ]; then\n{_batch_script(self._scripts, token)}\nfi\nexit "$rc"'
+        )
+        result = super().run(script, stdin=stdin, timeout=timeout)
+        pos = result.stdout.rfind(f"\n{marker}")
+        if pos < 0:  # the command's own output is all there is (the shell did not get that far)
+            return CommandResult(command, result.rc, result.stdout, result.stderr)
+        if result.rc == 0:
+            after = result.stdout[pos + 1 :]
+            self.reads = _split_batch(after[after.index("@@\n") + 3 :], self._scripts, token)
+        return CommandResult(command, result.rc, result.stdout[:pos], result.stderr)
 
     def reconnect(self, deadline_s: float) -> None:
+        self.reads = None
         self._host.reconnect(deadline_s)
 
 
@@ -126,15 +158,22 @@ def batch_read(conn: Connection, tasks: list[PlannedTask]) -> list[CommandResult
         return []
     token = pyrandom.token_hex(8)
     scripts = [t.module.read_script(t.args) for t in tasks]
-    parts = [
+    result = conn.run(_batch_script(scripts, token))
+    return _split_batch(result.stdout, scripts, token)
+
+
+def _batch_script(scripts: list[str], token: str) -> str:
+    return "\n".join(
         # A group, not a subshell: one fork fewer per task (read scripts keep the shell as they
         # found it: no exit, no cd, every variable set before it is read; see modules/base.py).
         f"{{ {script}\n}} 2>/dev/null; printf '\\n@@{token} {i} %d@@\\n' $?"
         for i, script in enumerate(scripts)
-    ]
-    result = conn.run("\n".join(parts))
+    )
+
+
+def _split_batch(stdout: str, scripts: list[str], token: str) -> list[CommandResult | None]:
     out: list[CommandResult | None] = []
-    rest = result.stdout
+    rest = stdout
     for i, script in enumerate(scripts):
         marker_start = f"\n@@{token} {i} "
         pos = rest.find(marker_start)
@@ -365,15 +404,20 @@ class Executor:
         tasks, whose reads the write may have outdated) into ``after_write``."""
         assert not self.check, "the write side must never run in check mode"
         module, args = task.module, task.args
-        module.write(_WriteSession(state), args, obs)
+        session = _WriteSession(state, [task, *lookahead] if module.write_then_read else None)
+        module.write(session, args, obs)
         after, error = None, None
         for attempt in range(READ_ATTEMPTS):
             if attempt:
                 time.sleep(READ_RETRY_DELAY_S)
             raw: CommandResult | None = None
-            if attempt == 0 and lookahead and after_write is not None:
-                verify, *ahead = batch_read(state.conn(), [task, *lookahead])
-                after_write.update(zip(map(id, lookahead), ahead, strict=True))
+            if attempt == 0 and (session.reads is not None or lookahead):
+                reads = session.reads
+                if reads is None:
+                    reads = batch_read(state.conn(), [task, *lookahead])
+                verify, *ahead = reads
+                if after_write is not None:
+                    after_write.update(zip(map(id, lookahead), ahead, strict=True))
                 raw = verify if verify is not None and verify.rc == 0 else None
             if raw is None:
                 raw = state.conn().run(module.read_script(args))

@@ -90,6 +90,10 @@ class Module:
     params: ClassVar[dict[str, Param]] = {}
     # Whether a successful write counts as a change (wait_for, for example, does not).
     reports_change: ClassVar[bool] = True
+    # Whether the engine may append the read that proves a write to the write's own command (one
+    # round trip fewer). Set it for modules whose write is one or two cheap commands that end
+    # the shell normally (no reboot, no reconnect): each write command then pays for a read.
+    write_then_read: ClassVar[bool] = False
 
     # ---- plan time (no host) -------------------------------------------------------------
     def validate(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -108,6 +108,8 @@ _ATTR_PARAMS = {
 
 
 class _FileAttrs(Module):
+    write_then_read = True  # one command per write (an atomic replace, or chown/chmod)
+
     def check(self, args: dict[str, Any]) -> None:
         key = "path" if "path" in self.params else "dest"
         _abs_path(key, args[key])

@@ -310,6 +310,8 @@ class AptRepository(Module):
 class _ManagedText(Module):
     """A root-owned 0644 text file whose whole content this module renders."""
 
+    write_then_read = True  # one atomic replace per write
+
     def path(self, args: dict[str, Any]) -> str:
         raise NotImplementedError
 

@@ -247,16 +247,31 @@ def test_a_quiet_write_outdates_the_reads_of_later_tasks(tmp_path):
     assert (tmp_path / "seed").read_text() == "x\n"
 
 
-def test_the_read_that_proves_a_write_also_reads_the_next_task(host_vars):
+def test_a_file_write_carries_the_read_that_proves_it_and_the_next_tasks_read(host_vars):
     conn = CountingConnection("h1")
     plans = plans_for({"h1": host_vars})
     report = Executor(lambda h: conn).run(plans, (PLAY,))
     assert report.ok
     changed = [t for t in report.hosts["h1"].tasks if t.status == Status.CHANGED and not t.handler]
-    # Reads: the play's one batch, then one read per write that proves it; every such read but
-    # the last one's also reads the next task, so no task is ever read on its own before use.
-    reads = [c for c in conn.commands if "exists=" in c and "/handled-" not in c]
-    batched = [c for c in reads if "@@" in c]
-    assert len(reads) == 1 + len(changed)
-    assert len(batched) == len(changed)
     assert len(changed) >= 3
+    # One round trip for the play's reads, then one per written file: the write, the read that
+    # proves it and the next task's read; no task is read on its own.
+    commands = [c for c in conn.commands if "/handled-" not in c]
+    assert len(commands) == 1 + len(changed)
+    assert all("exists=" in c for c in commands)
+
+
+def test_a_failed_write_reports_its_own_error_and_reads_nothing_after_it(tmp_path):
+    from deployer.executor import _HostState, _WriteSession
+
+    plan = plans_for({"h1": {"base": str(tmp_path / "h1"), "names": []}})[0]
+    conn = CountingConnection("h1")
+    state = _HostState("h1", lambda h: conn)
+    session = _WriteSession(state, plan.plays[0].tasks[:2])
+    failed = session.run("echo partial; echo 'no space left' >&2; exit 3")
+    assert (failed.rc, failed.stdout, failed.stderr) == (3, "partial\n", "no space left\n")
+    assert session.reads is None
+    ok = session.run("echo done")
+    assert (ok.rc, ok.stdout) == (0, "done\n")
+    assert session.reads is not None and len(session.reads) == 2
+    assert all(r is not None and "exists=0" in r.stdout for r in session.reads)
