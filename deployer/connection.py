@@ -48,6 +48,19 @@ def _import_paramiko() -> Any:
 
 paramiko = _import_paramiko()
 
+
+class _Transport(paramiko.Transport):
+    """paramiko's transport, waking once a second instead of ten times when idle.
+
+    Its reader thread polls the socket with this timeout only to notice that the transport was
+    closed (close() marks it closed and does not wait for the thread) and to send keepalives
+    (every KEEPALIVE_S). With a connection per host kept open, 200 hosts meant 2,000 wake-ups a
+    second, each taking the GIL from the threads doing the work.
+    """
+
+    _active_check_timeout = 1.0
+
+
 DEFAULT_COMMAND_TIMEOUT = 900.0
 CONNECT_TIMEOUT = 10.0
 # A host that stops answering mid-run is declared unreachable after this many seconds of
@@ -213,6 +226,7 @@ class SSHConnection:
                     username=t.user,
                     key_filename=t.private_key_file,
                     sock=sock,
+                    transport_factory=_Transport,
                     timeout=CONNECT_TIMEOUT,
                     banner_timeout=CONNECT_TIMEOUT,
                     auth_timeout=CONNECT_TIMEOUT,
