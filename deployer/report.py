@@ -1,7 +1,8 @@
 """Console and JSON reporting of a run: live progress, per-task lines, diffs and the recap.
 
 The engine never prints; it calls the Events methods implemented here. On a terminal the progress
-is a live table (rich); elsewhere one line per finished task that is not plain ok.
+is a live table (rich); elsewhere one line per finished task that is not plain ok, as plain text
+(rich is imported only for a terminal: it is a tenth of a short run's start-up).
 """
 
 from __future__ import annotations
@@ -11,11 +12,6 @@ import json
 import sys
 import threading
 from typing import Any, TextIO
-
-from rich.console import Console
-from rich.live import Live
-from rich.markup import escape
-from rich.table import Table
 
 from deployer.plan import PlannedTask
 from deployer.results import RunReport, Status, TaskResult
@@ -47,17 +43,29 @@ class ConsoleReporter:
     def __init__(
         self, *, diff: bool = False, stream: TextIO | None = None, live: bool | None = None
     ) -> None:
-        self.console = Console(file=stream or sys.stderr, highlight=False, soft_wrap=True)
+        self.stream = stream or sys.stderr
         self.diff = diff
-        self._live_enabled = self.console.is_terminal if live is None else live
+        self._live_enabled = _is_terminal(self.stream) if live is None else live
+        self._console: Any = None
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._state: dict[str, list[Any]] = {}  # host -> [status, current task, counts]
-        self._live: Live | None = None
+        self._live: Any = None  # rich.live.Live while a terminal shows the live table
+
+    @property
+    def console(self) -> Any:
+        """rich's console on the stream (terminals only)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(file=self.stream, highlight=False, soft_wrap=True)
+        return self._console
 
     # ---- lifecycle ----
     def __enter__(self) -> ConsoleReporter:
         if self._live_enabled:
+            from rich.live import Live
+
             self._live = Live(
                 self._table(), console=self.console, refresh_per_second=8, transient=True
             )
@@ -69,7 +77,9 @@ class ConsoleReporter:
             self._live.__exit__(None, None, None)
             self._live = None
 
-    def _table(self) -> Table:
+    def _table(self) -> Any:
+        from rich.table import Table
+
         table = Table(title="gpumon-deploy", expand=False)
         for col in ("host", "state", "task", "ok", "changed", "failed"):
             table.add_column(col)
@@ -116,7 +126,7 @@ class ConsoleReporter:
             # 200-host cold run has 1,600 of them; rich's markup would serialise the workers).
             text = "".join(f"{line}\n" for line, _ in self._task_lines(result))
             with self._write_lock:
-                self.console.file.write(text)
+                self.stream.write(text)
 
     def host_done(self, host: str, status: str) -> None:
         with self._lock:
@@ -149,6 +159,8 @@ class ConsoleReporter:
         return lines
 
     def _print_task(self, r: TaskResult) -> None:
+        from rich.markup import escape
+
         (first, _), *rest = self._task_lines(r)
         cut = max(20, len(r.status.value + (" (predicted)" if r.predicted else "")))
         self.console.print(f"[{_STYLE[r.status]}]{escape(first[:cut])}[/]{escape(first[cut:])}")
@@ -163,27 +175,30 @@ class ConsoleReporter:
         for host, h in report.hosts.items():
             c = h.counts()
             rows.append((host, *(str(c[k]) for k in columns[1:])))
-        if self._live_enabled:
-            table = Table(title=title)
-            for col in columns:
-                table.add_column(col, justify="right" if col != "host" else "left")
-            styles = (None, None, "yellow", "red", "magenta", None)
-            for row in rows:
-                table.add_row(
-                    *(
-                        f"[{style}]{v}[/]" if style and v != "0" else escape(v)
-                        for v, style in zip(row, styles, strict=True)
-                    )
-                )
-            self.console.print(table)
-        else:
+        unreachable = [(host, h.unreachable) for host, h in report.hosts.items() if h.unreachable]
+        if not self._live_enabled:
+            text = plain_table(title, columns, rows)
+            text += "".join(f"unreachable {host}: {why}\n" for host, why in unreachable)
             with self._write_lock:
-                self.console.file.write(plain_table(title, columns, rows))
-        for host, h in report.hosts.items():
-            if h.unreachable:
-                self.console.print(
-                    f"[magenta]unreachable[/] {escape(host)}: {escape(h.unreachable)}", markup=True
+                self.stream.write(text)
+            return
+        from rich.markup import escape
+        from rich.table import Table
+
+        table = Table(title=title)
+        for col in columns:
+            table.add_column(col, justify="right" if col != "host" else "left")
+        styles = (None, None, "yellow", "red", "magenta", None)
+        for row in rows:
+            table.add_row(
+                *(
+                    f"[{style}]{v}[/]" if style and v != "0" else escape(v)
+                    for v, style in zip(row, styles, strict=True)
                 )
+            )
+        self.console.print(table)
+        for host, why in unreachable:
+            self.console.print(f"[magenta]unreachable[/] {escape(host)}: {escape(why)}")
 
 
 def plain_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
@@ -211,3 +226,11 @@ def plain_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]
 def write_json(report: RunReport, stream: TextIO | None = None) -> None:
     json.dump(report.to_json(), stream or sys.stdout, indent=2, default=str)
     (stream or sys.stdout).write("\n")
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False

@@ -75,3 +75,26 @@ def test_on_a_terminal_the_same_lines_and_recap_go_through_rich():
     assert "changed" in text and "gpu01" in text and "node_exporter: config" in text
     assert "[x] kept as text" in text
     assert "check mode: nothing was changed" in text
+
+
+def test_recap_names_each_unreachable_host_and_why():
+    report = RunReport(check_mode=False)
+    report.host("gpu03").unreachable = "gpu03: cannot reach 10.0.0.3:22: timed out"
+    reporter, out = _reporter()
+    reporter.recap(report)
+    assert out.getvalue().splitlines()[-1] == (
+        "unreachable gpu03: gpu03: cannot reach 10.0.0.3:22: timed out"
+    )
+
+
+def test_reporting_off_a_terminal_does_not_load_rich():
+    import subprocess
+    import sys
+
+    code = (
+        "import io, sys; from deployer.report import ConsoleReporter; "
+        "from deployer.results import RunReport; r = ConsoleReporter(stream=io.StringIO()); "
+        "r.recap(RunReport(check_mode=False)); print(any(m.startswith('rich') for m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
