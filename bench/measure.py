@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -129,15 +130,37 @@ def pyinfra_changed(output: str) -> int | None:
     return count(m.group(2))
 
 
-def gpumon_changed(stdout: str) -> int | None:
-    """Changed tasks in a ``gpumon-deploy up --output json`` report; None on any failure."""
+def _gpumon_report(stdout: str) -> dict[str, Any] | None:
     m = re.search(r"^\{$", stdout, re.M)
     if m is None:
         return None
-    start = m.start()
     try:
-        report, _ = json.JSONDecoder().raw_decode(stdout[start:])
+        report, _ = json.JSONDecoder().raw_decode(stdout[m.start() :])
     except ValueError:
+        return None
+    return report if isinstance(report, dict) else None
+
+
+def gpumon_failures(stdout: str, limit: int = 3) -> str:
+    """Why a ``gpumon-deploy up --output json`` run failed: the first failed or unreachable
+    hosts with their errors ("" when the report names none)."""
+    report = _gpumon_report(stdout) or {}
+    lines = []
+    for name, h in report.get("hosts", {}).items():
+        if h.get("unreachable"):
+            lines.append(f"{name}: unreachable: {h['unreachable']}")
+        elif h.get("failed"):
+            errors = [t for t in h.get("tasks", []) if t.get("status") == "failed"]
+            what = f"{errors[0].get('task')}: {errors[0].get('error')}" if errors else "failed"
+            lines.append(f"{name}: {what}")
+    more = len(lines) - limit
+    return "\n".join(lines[:limit] + ([f"... and {more} more hosts"] if more > 0 else []))
+
+
+def gpumon_changed(stdout: str) -> int | None:
+    """Changed tasks in a ``gpumon-deploy up --output json`` report; None on any failure."""
+    report = _gpumon_report(stdout)
+    if report is None:
         return None
     hosts = report.get("hosts", {})
     if not hosts:

@@ -26,6 +26,7 @@ from bench.measure import (
     Sample,
     ansible_changed,
     gpumon_changed,
+    gpumon_failures,
     pyinfra_changed,
     run_measured,
 )
@@ -312,7 +313,9 @@ class Prepared:
         argv, env, cwd, parse = self._command(tool)
         got = run_measured(argv, cwd=cwd, env=env, timeout_s=timeout_s)
         changed = parse(got.stdout + "\n" + got.stderr)
-        note = "" if got.rc == 0 else _tail(got)
+        note = (
+            "" if got.rc == 0 else (tool == "gpumon" and gpumon_failures(got.stdout)) or _tail(got)
+        )
         return Sample(
             tool, scenario, got.wall_s, got.cpu_s, got.peak_rss_mib, got.rc, changed, note
         )

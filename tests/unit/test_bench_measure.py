@@ -8,6 +8,7 @@ from bench.measure import (
     Sample,
     ansible_changed,
     gpumon_changed,
+    gpumon_failures,
     pyinfra_changed,
     ratio,
     rotated,
@@ -82,6 +83,27 @@ def test_gpumon_changed_counts_changed_tasks_after_console_output():
 
 def test_gpumon_failed_host_makes_the_count_unknown():
     assert gpumon_changed(_gpumon_report([False], failed=True)) is None
+
+
+def test_gpumon_failures_name_failed_and_unreachable_hosts_with_their_errors():
+    report = {
+        "hosts": {
+            "h1": {"failed": False, "unreachable": None, "tasks": []},
+            "h2": {
+                "failed": True,
+                "unreachable": None,
+                "tasks": [{"task": "config", "status": "failed", "error": "rc=1: disk full"}],
+            },
+            "h3": {"failed": False, "unreachable": "cannot reach 10.0.0.3:22: timed out"},
+        }
+    }
+    text = "recap table\n" + json.dumps(report, indent=2)
+    assert gpumon_failures(text).splitlines() == [
+        "h2: config: rc=1: disk full",
+        "h3: unreachable: cannot reach 10.0.0.3:22: timed out",
+    ]
+    assert gpumon_failures(text, limit=1).splitlines()[-1] == "... and 1 more hosts"
+    assert gpumon_failures("no report at all") == ""
 
 
 def _sample(tool: str, wall: float, rc: int = 0) -> Sample:
