@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import resource
 import subprocess
@@ -128,6 +129,7 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     stage("import", t)
     t = start()
     inventory = load_inventory(path)
+    gc.freeze()  # as DeploySession.load does once the inventory is loaded
     stage("inventory_load", t)
 
     from deployer.session import validation_facts

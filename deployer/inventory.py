@@ -246,7 +246,8 @@ class Inventory:
         self, host: Host | str, role_defaults: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
         """The variables a task on ``host`` sees: role defaults < inventory layers < extra vars,
-        with the magic variables on top. Secret role defaults are registered for masking."""
+        with the magic variables on top, as a new dict the caller may change. Secret role
+        defaults are registered for masking."""
         h = host if isinstance(host, Host) else self.host(host)
         defaults = dict(role_defaults or {})
         # One defaults mapping serves every host of a play: scan it for secrets once (scanning

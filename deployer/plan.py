@@ -76,7 +76,7 @@ class LazyHostVars(Mapping[str, Any]):
         if name not in self._cache:
             if name not in self._inventory.hosts:
                 raise KeyError(name)
-            v = dict(self._inventory.resolve_vars(name, self._defaults))
+            v = self._inventory.resolve_vars(name, self._defaults)  # a new dict: ours to extend
             v["inventory_hostname"] = name
             v["hostvars"] = self
             self._cache[name] = TemplatedVars(v, self._renderer, source=f"variables of {name}")

