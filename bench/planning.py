@@ -24,6 +24,7 @@ from bench.measure import table
 from bench.tools import BENCH_DIR, REPO
 
 GPU_MODELS = (("H100", 8, True), ("H200", 8, True), ("A100", 4, False), ("B200", 8, True))
+TARGET_S = 20.0  # planning 100,000 hosts under 20 s
 HOSTS_PER_RACK = 32
 GPU_ROLES = ("nvidia_driver", "dcgm", "dcgm_exporter", "node_exporter")
 
@@ -248,7 +249,23 @@ def render(results: list[dict[str, Any]]) -> str:
     for r in results:
         if "error" in r:
             rows.append([str(r["hosts"]), "ERROR", "", "", "", "", "", "", ""])
-    return table(rows)
+    return "\n".join([table(rows), *verdicts(results)])
+
+
+def verdicts(results: list[dict[str, Any]]) -> list[str]:
+    """The issue's target for planning, judged on the 100,000-host size when this run has it."""
+    lines = []
+    for r in results:
+        if r["hosts"] >= 100_000:
+            if "stages" not in r:
+                lines.append(f"planning {r['hosts']:,} hosts: failed (target < {TARGET_S:.0f} s)")
+                continue
+            met = "met" if r["total_s"] < TARGET_S else "MISSED"
+            lines.append(
+                f"planning {r['hosts']:,} hosts: {r['total_s']:.2f} s "
+                f"(target < {TARGET_S:.0f} s: {met})"
+            )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

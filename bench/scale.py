@@ -21,6 +21,10 @@ from bench.converge import machine, tool_versions
 from bench.measure import Sample, summarise, table
 from bench.tools import BENCH_DIR, Fleet, Prepared, Target, available, files_workload
 
+# The issue's targets for the scale runs (gpumon-deploy, no-op).
+TARGET_200_HOSTS_S = 10.0  # 200 hosts no-op under 10 s on the 2-core machine
+TARGET_PER_HOST_MIB = 1.0  # controller memory growing under 1 MB per host
+
 # Peers beyond these sizes take minutes per run on a 2-core machine (the hosts' side runs on the
 # same cores): the defaults stop them there and the result says so.
 PEER_MAX_HOSTS = {"ansible": 10, "pyinfra": 200, "gpumon": 1000, "floor": 1000}
@@ -115,6 +119,26 @@ def growth(result: dict[str, Any], tool: str, field: str) -> float | None:
     return (v1 - v0) / (n1 - n0)
 
 
+def verdicts(result: dict[str, Any]) -> list[str]:
+    """The targets this run can judge, each as one line saying met or missed."""
+    lines = []
+    at_200 = [
+        s for s in result["summaries"] if s["tool"] == "gpumon" and s["scenario"] == "noop@200"
+    ]
+    if at_200:
+        wall = at_200[0]["median_wall_s"]
+        met = "met" if wall < TARGET_200_HOSTS_S else "MISSED"
+        lines.append(f"200 hosts no-op: {wall:.2f} s (target < {TARGET_200_HOSTS_S:.0f} s: {met})")
+    per_host = growth(result, "gpumon", "median_peak_rss_mib")
+    if per_host is not None:
+        met = "met" if per_host < TARGET_PER_HOST_MIB else "MISSED"
+        lines.append(
+            f"controller memory: +{per_host * 1024:.0f} KiB per host "
+            f"(target < {TARGET_PER_HOST_MIB * 1024:.0f} KiB: {met})"
+        )
+    return lines
+
+
 def render(result: dict[str, Any]) -> str:
     rows = [["scenario", "tool", "wall s", "cpu s", "peak rss MiB", "runs"]]
     for s in result["summaries"]:
@@ -137,6 +161,7 @@ def render(result: dict[str, Any]) -> str:
                 f"{tool}: +{per_host_s * 1000:.1f} ms and +{per_host_mib * 1024:.0f} KiB peak RSS "
                 "per host (no-op)"
             )
+    lines += verdicts(result)
     for tool, sizes in result["peer_sizes_skipped"].items():
         lines.append(f"{tool}: not run at {', '.join(map(str, sizes))} hosts (too slow here)")
     if result["suspect_runs"]:

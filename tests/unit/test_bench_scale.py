@@ -40,3 +40,51 @@ def test_synthetic_inventory_has_every_gpu_host_in_racks_and_the_monitoring_grou
     assert len([g for g in inv.groups if g.startswith("rack")]) == -(-70 // HOSTS_PER_RACK)
     assert inv.group_hosts("prometheus") == ["prom01", "prom02"]
     assert inv.hosts["gpu000000"].vars["gpu_count"] == 8
+
+
+def _summary(tool: str, scenario: str, wall: float, rss: float) -> dict:
+    return {"tool": tool, "scenario": scenario, "median_wall_s": wall, "median_peak_rss_mib": rss}
+
+
+@pytest.mark.parametrize(
+    ("wall_200", "rss_200", "expected"),
+    [
+        (6.6, 69.0, ["200 hosts no-op: 6.60 s (target < 10 s: met)",
+                     "controller memory: +123 KiB per host (target < 1024 KiB: met)"]),
+        (11.1, 300.0, ["200 hosts no-op: 11.10 s (target < 10 s: MISSED)",
+                       "controller memory: +1312 KiB per host (target < 1024 KiB: MISSED)"]),
+    ],
+)  # fmt: skip
+def test_scale_verdicts_judge_the_200_host_wall_and_memory_per_host(wall_200, rss_200, expected):
+    from bench.scale import verdicts
+
+    result = {
+        "summaries": [
+            _summary("gpumon", "noop@1", 0.4, 45.0),
+            _summary("gpumon", "noop@200", wall_200, rss_200),
+            _summary("pyinfra", "noop@200", 20.0, 83.0),
+        ]
+    }
+    assert verdicts(result) == expected
+
+
+def test_scale_verdicts_say_nothing_without_a_200_host_run():
+    from bench.scale import verdicts
+
+    assert verdicts({"summaries": [_summary("gpumon", "noop@10", 0.8, 46.0)]}) == []
+
+
+def test_planning_verdict_judges_the_100000_host_size_only():
+    from bench.planning import verdicts
+
+    results = [
+        {"hosts": 1003, "stages": {}, "total_s": 0.1},
+        {"hosts": 100003, "stages": {}, "total_s": 9.4},
+    ]
+    assert verdicts(results) == ["planning 100,003 hosts: 9.40 s (target < 20 s: met)"]
+    assert verdicts([{"hosts": 100003, "stages": {}, "total_s": 21.0}]) == [
+        "planning 100,003 hosts: 21.00 s (target < 20 s: MISSED)"
+    ]
+    assert verdicts([{"hosts": 100003, "error": "timeout"}]) == [
+        "planning 100,003 hosts: failed (target < 20 s)"
+    ]
