@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import sys
 from pathlib import Path
 from typing import Any
 
-from bench.measure import Sample, Summary, ratio, rotated, summarise, table
-from bench.tools import BENCH_DIR, Fleet, Prepared, Target, available, node_exporter_workload
+from bench.measure import Sample, Summary, ratio, rotated, summarise, summary_table, write_result
+from bench.tools import Fleet, Prepared, Target, available, node_exporter_workload
 
 TOOLS = ("gpumon", "ansible", "pyinfra", "floor")
 TARGETS = {
@@ -169,19 +168,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    rows = [["scenario", "tool", "median wall s", "median cpu s", "peak rss MiB", "runs"]]
-    for s in result["summaries"]:
-        rows.append(
-            [
-                s["scenario"],
-                s["tool"],
-                f"{s['median_wall_s']:.3f}",
-                f"{s['median_cpu_s']:.2f}",
-                f"{s['median_peak_rss_mib']:.0f}" if s["tool"] != "floor" else "-",
-                str(s["runs"]),
-            ]
-        )
-    lines = [table(rows), ""]
+    lines = [summary_table(result["summaries"]), ""]
     for scenario in ("noop", "cold"):
         for tool, r in result["ratios"][scenario].items():
             if r is None:
@@ -223,14 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--runs must be >= 1 and --cold-runs >= 0")
     result = run(args)
     print(render(result))
-    out = (
-        Path(args.out)
-        if args.out
-        else BENCH_DIR / "results" / (f"converge-{datetime.date.today().isoformat()}.json")
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"written {out}")
+    write_result(result, "converge", args.out)
     return 1 if result["suspect_runs"] else 0
 
 

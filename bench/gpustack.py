@@ -28,7 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.converge import machine, tool_versions
-from bench.measure import Sample, gpumon_changed, ratio, rotated, run_measured, summarise, table
+from bench.measure import (
+    Sample,
+    gpumon_changed,
+    ratio,
+    rotated,
+    run_measured,
+    summarise,
+    summary_table,
+    write_result,
+)
 from bench.tools import BENCH_DIR, GPUMON, Fleet, Prepared, Target, Workload
 
 TOOLS = ("gpumon", "floor")
@@ -459,19 +468,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    rows = [["scenario", "tool", "median wall s", "median cpu s", "peak rss MiB", "runs"]]
-    for s in result["summaries"]:
-        rows.append(
-            [
-                s["scenario"],
-                s["tool"],
-                f"{s['median_wall_s']:.3f}",
-                f"{s['median_cpu_s']:.2f}",
-                f"{s['median_peak_rss_mib']:.0f}" if s["tool"] != "floor" else "-",
-                str(s["runs"]),
-            ]
-        )
-    lines = [table(rows), ""]
+    lines = [summary_table(result["summaries"]), ""]
     r = result["ratio_noop_floor_over_gpumon"]
     if r:
         lines.append(
@@ -511,14 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--runs must be >= 1 and --cold-runs >= 0")
     result = run(args)
     print(render(result))
-    out = (
-        Path(args.out)
-        if args.out
-        else BENCH_DIR / "results" / f"gpustack-{datetime.date.today().isoformat()}.json"
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"written {out}")
+    write_result(result, "gpustack", args.out)
     suspect = result["suspect_runs"] or result["suspect_resets"] or result["floor_incomplete"]
     return 1 if suspect else 0
 

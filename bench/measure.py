@@ -3,6 +3,7 @@ repeated runs (medians, ratios); the parsers that count what each tool says it c
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -238,6 +239,39 @@ def rotated(items: Sequence[str], round_no: int) -> list[str]:
         return []
     k = round_no % len(items)
     return [*items[k:], *items[:k]]
+
+
+def write_result(result: Mapping[str, Any], benchmark: str, out: str | None) -> Path:
+    """Write a run's result as JSON to ``out`` or bench/results/<benchmark>-<date>.json and say
+    where."""
+    path = (
+        Path(out)
+        if out
+        else Path(__file__).parent
+        / "results"
+        / f"{benchmark}-{datetime.date.today().isoformat()}.json"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"written {path}")
+    return path
+
+
+def summary_table(summaries: Sequence[Mapping[str, Any]]) -> str:
+    """The medians of each (scenario, tool), as the scripts print them."""
+    rows = [["scenario", "tool", "median wall s", "median cpu s", "peak rss MiB", "runs"]]
+    for s in summaries:
+        rows.append(
+            [
+                s["scenario"],
+                s["tool"],
+                f"{s['median_wall_s']:.3f}",
+                f"{s['median_cpu_s']:.2f}",
+                f"{s['median_peak_rss_mib']:.0f}" if s["tool"] != "floor" else "-",
+                str(s["runs"]),
+            ]
+        )
+    return table(rows)
 
 
 def table(rows: Sequence[Sequence[str]]) -> str:

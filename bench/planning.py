@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.measure import table
-from bench.tools import BENCH_DIR, REPO
+from bench.measure import table, write_result
+from bench.tools import REPO
 
 GPU_MODELS = (("H100", 8, True), ("H200", 8, True), ("A100", 4, False), ("B200", 8, True))
 TARGET_S = 20.0  # planning 100,000 hosts under 20 s
@@ -286,24 +286,16 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     results = run_sizes(sizes, workdir, args.timeout)
     print(render(results))
-    out = (
-        Path(args.out)
-        if args.out
-        else BENCH_DIR / "results" / (f"planning-{datetime.date.today().isoformat()}.json")
+    write_result(
+        {
+            "benchmark": "planning",
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "command": " ".join([".venv/bin/python -m bench.planning", *sys.argv[1:]]),
+            "results": results,
+        },
+        "planning",
+        args.out,
     )
-    out.write_text(
-        json.dumps(
-            {
-                "benchmark": "planning",
-                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                "command": " ".join([".venv/bin/python -m bench.planning", *sys.argv[1:]]),
-                "results": results,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
-    print(f"written {out}")
     return 0 if all("stages" in r for r in results) else 1
 
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from bench.converge import machine, tool_versions
-from bench.measure import Sample, summarise, table
-from bench.tools import BENCH_DIR, Fleet, Prepared, Target, available, files_workload
+from bench.measure import Sample, summarise, summary_table, write_result
+from bench.tools import Fleet, Prepared, Target, available, files_workload
 
 # The targets for the scale runs (gpumon-deploy, no-op).
 TARGET_200_HOSTS_S = 10.0  # 200 hosts no-op under 10 s on the 2-core machine
@@ -140,19 +139,7 @@ def verdicts(result: dict[str, Any]) -> list[str]:
 
 
 def render(result: dict[str, Any]) -> str:
-    rows = [["scenario", "tool", "wall s", "cpu s", "peak rss MiB", "runs"]]
-    for s in result["summaries"]:
-        rows.append(
-            [
-                s["scenario"],
-                s["tool"],
-                f"{s['median_wall_s']:.3f}",
-                f"{s['median_cpu_s']:.2f}",
-                f"{s['median_peak_rss_mib']:.0f}" if s["tool"] != "floor" else "-",
-                str(s["runs"]),
-            ]
-        )
-    lines = [table(rows), ""]
+    lines = [summary_table(result["summaries"]), ""]
     for tool in ("gpumon", "ansible", "pyinfra"):
         per_host_mib = growth(result, tool, "median_peak_rss_mib")
         per_host_s = growth(result, tool, "median_wall_s")
@@ -184,13 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = run(args)
     print(render(result))
-    out = (
-        Path(args.out)
-        if args.out
-        else BENCH_DIR / "results" / (f"scale-{datetime.date.today().isoformat()}.json")
-    )
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"written {out}")
+    write_result(result, "scale", args.out)
     return 1 if result["suspect_runs"] else 0
 
 

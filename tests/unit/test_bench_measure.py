@@ -130,3 +130,11 @@ def test_ratio_is_none_without_both_values():
 def test_rotation_puts_each_tool_first_in_turn():
     tools = ["g", "a", "p"]
     assert [rotated(tools, n)[0] for n in range(4)] == ["g", "a", "p", "g"]
+
+
+def test_write_result_writes_json_where_asked_and_says_where(tmp_path, capsys):
+    from bench.measure import write_result
+
+    path = write_result({"benchmark": "x", "n": 1}, "x", str(tmp_path / "sub" / "r.json"))
+    assert json.loads(path.read_text()) == {"benchmark": "x", "n": 1}
+    assert capsys.readouterr().out == f"written {path}\n"
