@@ -262,13 +262,13 @@ class Executor:
         self.events.host_done(host, status)
 
     def _converge(self, state: _HostState, hp: HostPlay, hreport: Any) -> None:
-        conn = state.conn()
+        # state.conn() every time, never kept: a task (a reboot) may replace the connection.
         module_tasks = [t for t in hp.tasks if not t.flush_handlers]
         # Reads no write has outdated yet, by task: all of the play's, in one round trip first.
         # After a write, the read that verifies it also reads the next task; a task with no
         # current read gets one batched with the tasks after it (see REREAD_BATCH).
         current: dict[int, CommandResult | None] = dict(
-            zip(map(id, module_tasks), batch_read(conn, module_tasks), strict=True)
+            zip(map(id, module_tasks), batch_read(state.conn(), module_tasks), strict=True)
         )
         changed_before = False
         notified: set[str] = set()
@@ -284,7 +284,8 @@ class Executor:
                 continue
             if id(task) not in current:
                 upcoming = _upcoming(hp.tasks, pos, REREAD_BATCH)
-                current = dict(zip(map(id, upcoming), batch_read(conn, upcoming), strict=True))
+                reads = batch_read(state.conn(), upcoming)
+                current = dict(zip(map(id, upcoming), reads, strict=True))
             after_write: dict[int, CommandResult | None] = {}
             result = self._run_task(
                 state,

@@ -15,6 +15,7 @@ import pytest
 from deployer.connection import CommandResult, LocalConnection, ScriptedConnection
 from deployer.errors import HostUnreachable
 from deployer.executor import Executor, batch_read
+from deployer.modules.base import Module, Param, parse_kv, q, register, run_checked
 from deployer.plan import HostPlan, Planner
 from deployer.results import Status
 from deployer.roles import Play
@@ -275,3 +276,57 @@ def test_a_failed_write_reports_its_own_error_and_reads_nothing_after_it(tmp_pat
     assert (ok.rc, ok.stdout) == (0, "done\n")
     assert session.reads is not None and len(session.reads) == 2
     assert all(r is not None and "exists=0" in r.stdout for r in session.reads)
+
+
+@register
+class TestReconnect(Module):
+    """Test-only: touches a marker, then replaces the host's connection (like a reboot)."""
+
+    name = "test_reconnect"
+    params = {"path": Param(str, required=True)}
+
+    def read_script(self, args: dict[str, Any]) -> str:
+        return f"if [ -e {q(args['path'])} ]; then echo present=1; else echo present=0; fi"
+
+    def parse(self, args: dict[str, Any], result: CommandResult) -> dict[str, Any]:
+        return {"present": parse_kv(result.stdout)["present"]}
+
+    def desired(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"present": "1"}
+
+    def write(self, session: Any, args: dict[str, Any], obs: Any) -> None:
+        run_checked(session, f"touch -- {q(args['path'])}")
+        session.reconnect(5.0)
+
+
+class ClosingConnection(LocalConnection):
+    """A local connection that refuses commands once closed, as a dead SSH connection does."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.is_closed = False
+
+    def run(self, command: str, **kw: Any) -> CommandResult:
+        if self.is_closed:
+            raise HostUnreachable(f"{self.name}: connection lost")
+        return super().run(command, **kw)
+
+    def close(self) -> None:
+        self.is_closed = True
+
+
+def test_tasks_after_a_reconnect_read_through_the_new_connection(tmp_path):
+    play = Play(name="reconnecting", hosts="all", roles=("reconnecting",))
+    planner = Planner(FakeInventory({"h1": {"base": str(tmp_path)}}), [ROLES], None)
+    planner.load_roles((play,))
+    opened: list[ClosingConnection] = []
+
+    def connect(host: str) -> ClosingConnection:
+        opened.append(ClosingConnection(host))
+        return opened[-1]
+
+    report = Executor(connect).run([planner.plan_host("h1", [play])], (play,))
+    assert report.hosts["h1"].unreachable is None
+    assert [t.status for t in report.hosts["h1"].tasks] == [Status.CHANGED] * 3
+    assert len(opened) == 2 and opened[0].is_closed
+    assert (tmp_path / "more").read_text() == "more\n"
