@@ -15,7 +15,7 @@ import pytest
 from deployer.connection import CommandResult, LocalConnection, ScriptedConnection
 from deployer.errors import HostUnreachable
 from deployer.executor import Executor, batch_read
-from deployer.modules.base import Module, Param, parse_kv, q, register, run_checked
+from deployer.modules.base import MODULES, Module, Param, parse_kv, q, run_checked
 from deployer.plan import HostPlan, Planner
 from deployer.results import Status
 from deployer.roles import Play
@@ -278,8 +278,7 @@ def test_a_failed_write_reports_its_own_error_and_reads_nothing_after_it(tmp_pat
     assert all(r is not None and "exists=0" in r.stdout for r in session.reads)
 
 
-@register
-class TestReconnect(Module):
+class ReconnectModule(Module):
     """Test-only: touches a marker, then replaces the host's connection (like a reboot)."""
 
     name = "test_reconnect"
@@ -315,7 +314,15 @@ class ClosingConnection(LocalConnection):
         self.is_closed = True
 
 
-def test_tasks_after_a_reconnect_read_through_the_new_connection(tmp_path):
+@pytest.fixture
+def reconnect_module():
+    """The test-only module, registered for one test (the registry is the product's)."""
+    MODULES[ReconnectModule.name] = ReconnectModule
+    yield ReconnectModule
+    del MODULES[ReconnectModule.name]
+
+
+def test_tasks_after_a_reconnect_read_through_the_new_connection(tmp_path, reconnect_module):
     play = Play(name="reconnecting", hosts="all", roles=("reconnecting",))
     planner = Planner(FakeInventory({"h1": {"base": str(tmp_path)}}), [ROLES], None)
     planner.load_roles((play,))
