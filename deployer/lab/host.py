@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import deployer
-from deployer.lab import cgroups, procs
+from deployer.lab import cgroups, keys, procs
 from deployer.lab.topology import LabHost, Topology
 
 SUPERVISOR_PID = "supervisor.pid"
@@ -129,16 +129,7 @@ def write_identity(
     ssh_dir = etc / "ssh"
     for old in ssh_dir.glob("ssh_host_*"):
         old.unlink()
-    key = ssh_dir / "ssh_host_ed25519_key"
-    proc = subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{host.name}", "-f", str(key)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise HostError(f"ssh-keygen for {host.name}: {proc.stderr.strip()}")
-    os.chmod(key, 0o600)
+    host_key = keys.ensure_ed25519(ssh_dir / "ssh_host_ed25519_key", f"root@{host.name}")
     root_ssh = root / "root/.ssh"
     root_ssh.mkdir(parents=True, exist_ok=True)
     os.chmod(root_ssh, 0o700)
@@ -154,8 +145,7 @@ def write_identity(
     for old in sources_d.iterdir():
         old.unlink()
     (sources_d / "gpumon-lab-mirror.sources").write_text(apt_sources)
-    pub = key.with_suffix(".pub").read_text().split()
-    return f"{pub[0]} {pub[1]}"
+    return keys.key_type_and_body(host_key)
 
 
 def nspawn_command(

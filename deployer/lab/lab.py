@@ -24,7 +24,7 @@ from typing import Any
 
 from deployer.errors import HostKeyRefused, HostUnreachable, InputError
 from deployer.lab import host as hostmod
-from deployer.lab import mirror, network
+from deployer.lab import keys, mirror, network
 from deployer.lab.base import ensure_base
 from deployer.lab.inventory import inventory_data, known_hosts_lines, write_inventory
 from deployer.lab.paths import state_root
@@ -236,32 +236,7 @@ class Lab:
         return [hostmod.HostFiles(p) for p in sorted(self.hosts_dir.iterdir()) if p.is_dir()]
 
     def _client_key(self) -> str:
-        key = self.private_key_path
-        pub = key.with_suffix(".pub")
-        if not key.is_file() or not pub.is_file():
-            key.unlink(missing_ok=True)
-            pub.unlink(missing_ok=True)
-            proc = subprocess.run(
-                [
-                    "ssh-keygen",
-                    "-q",
-                    "-t",
-                    "ed25519",
-                    "-N",
-                    "",
-                    "-C",
-                    f"gpumon-lab-{self.name}",
-                    "-f",
-                    str(key),
-                ],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if proc.returncode != 0:
-                raise LabError(f"ssh-keygen: {proc.stderr.strip()}")
-        os.chmod(key, 0o600)
-        return pub.read_text().strip()
+        return keys.ensure_ed25519(self.private_key_path, f"gpumon-lab-{self.name}")
 
     def _host_keys(self) -> dict[str, str]:
         try:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deployer.lab import procs
+from deployer.lab import keys, network, paths, procs
 from deployer.lab.paths import cache_root, state_root
 
 DEFAULT_SUBNET = "10.214.0.0/22"
@@ -75,19 +75,8 @@ def ensure_sshd() -> tuple[Path, Path]:
     return sshd, sftp
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
-    if check and proc.returncode != 0:
-        raise LightError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
-    return proc
-
-
-def _link_exists(name: str) -> bool:
-    return _ip("link", "show", "dev", name, check=False).returncode == 0
-
-
 def _namespaces() -> set[str]:
-    out = _ip("-j", "netns", "list", check=False).stdout or "[]"
+    out = network.ip("-j", "netns", "list", check=False).stdout or "[]"
     try:
         return {n["name"] for n in json.loads(out)}
     except ValueError:
@@ -165,9 +154,9 @@ class LightFleet:
             "created_privsep": created_privsep,
         }
         self._save({**base_state, "pids": {}})
-        _ip("link", "add", "name", self.bridge, "type", "bridge")
-        _ip("addr", "add", f"{self.gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
-        _ip("link", "set", "dev", self.bridge, "up")
+        network.ip("link", "add", "name", self.bridge, "type", "bridge")
+        network.ip("addr", "add", f"{self.gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
+        network.ip("link", "set", "dev", self.bridge, "up")
         hosts = [self.host(i) for i in range(1, count + 1)]
 
         def prepare(h: LightHost) -> str:
@@ -191,7 +180,7 @@ class LightFleet:
         return timings
 
     def _refuse_taken_subnet(self) -> None:
-        everything = json.loads(_ip("-j", "addr", "show").stdout or "[]")
+        everything = json.loads(network.ip("-j", "addr", "show").stdout or "[]")
         for iface in everything:
             for a in iface.get("addr_info", []):
                 if a.get("family") != "inet":
@@ -204,13 +193,15 @@ class LightFleet:
 
     def _network(self, h: LightHost) -> None:
         outer = self.veth(int(h.name[len(self.prefix) :]))
-        _ip("netns", "add", h.namespace)
-        _ip("link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", h.namespace)
-        _ip("link", "set", "dev", outer, "master", self.bridge, "up")
+        network.ip("netns", "add", h.namespace)
+        network.ip(
+            "link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", h.namespace
+        )
+        network.ip("link", "set", "dev", outer, "master", self.bridge, "up")
         ns = ("-n", h.namespace)
-        _ip(*ns, "addr", "add", f"{h.address}/{self.subnet.prefixlen}", "dev", "eth0")
-        _ip(*ns, "link", "set", "dev", "eth0", "up")
-        _ip(*ns, "link", "set", "dev", "lo", "up")
+        network.ip(*ns, "addr", "add", f"{h.address}/{self.subnet.prefixlen}", "dev", "eth0")
+        network.ip(*ns, "link", "set", "dev", "eth0", "up")
+        network.ip(*ns, "link", "set", "dev", "lo", "up")
 
     def _passwd(self) -> None:
         # root logs in to a home of its own with a plain /bin/sh: the machine's root shell
@@ -229,40 +220,14 @@ class LightFleet:
         os.chmod(self.dir / "passwd", 0o644)
 
     def _client_key(self) -> None:
-        key = self.private_key_path
-        if not key.is_file():
-            subprocess.run(
-                [
-                    "ssh-keygen",
-                    "-q",
-                    "-t",
-                    "ed25519",
-                    "-N",
-                    "",
-                    "-C",
-                    f"gpumon-light-{self.name}",
-                    "-f",
-                    str(key),
-                ],
-                check=True,
-                capture_output=True,
-            )
-        os.chmod(key, 0o600)
-        auth = self.dir / "authorized_keys"
-        auth.write_text(key.with_suffix(".pub").read_text())
-        os.chmod(auth, 0o600)
+        public = keys.ensure_ed25519(self.private_key_path, f"gpumon-light-{self.name}")
+        paths.write_secret(self.dir / "authorized_keys", public + "\n")
 
     def _host_key(self, h: LightHost) -> str:
         d = self.dir / "hosts" / h.name
         d.mkdir(parents=True, exist_ok=True)
         key = d / "ssh_host_ed25519_key"
-        if not key.is_file():
-            subprocess.run(
-                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", h.name, "-f", str(key)],
-                check=True,
-                capture_output=True,
-            )
-        pub = key.with_suffix(".pub").read_text().split()
+        public = keys.ensure_ed25519(key, h.name)
         config = d / "sshd_config"
         config.write_text(
             "\n".join(
@@ -282,7 +247,7 @@ class LightFleet:
                 ]
             )
         )
-        return f"{pub[0]} {pub[1]}"
+        return keys.key_type_and_body(public)
 
     def _start_sshd(self, h: LightHost, sshd: Path, sftp: Path) -> subprocess.Popen[bytes]:
         d = self.dir / "hosts" / h.name
@@ -340,7 +305,7 @@ class LightFleet:
         )
         ours = {n for n in _namespaces() if n.startswith(f"glns-{self.name}-")}
         for ns in sorted(ours):
-            _ip("netns", "delete", ns, check=False)
+            network.ip("netns", "delete", ns, check=False)
         others = [
             d for d in state_root().glob("light-*") if d != self.dir and (d / "fleet.json").exists()
         ]
@@ -348,12 +313,12 @@ class LightFleet:
             with contextlib.suppress(OSError):  # not empty, or gone: not ours to clear
                 Path("/run/sshd").rmdir()
         # A veth whose namespace is gone goes with it, but not always at once: delete any left.
-        links = json.loads(_ip("-j", "link", "show", check=False).stdout or "[]")
+        links = json.loads(network.ip("-j", "link", "show", check=False).stdout or "[]")
         for link in links:
             if str(link.get("ifname", "")).startswith(f"glv{self.name}-"):
-                _ip("link", "delete", "dev", link["ifname"], check=False)
-        if _link_exists(self.bridge):
-            _ip("link", "delete", "dev", self.bridge, "type", "bridge", check=False)
+                network.ip("link", "delete", "dev", link["ifname"], check=False)
+        if network.link_exists(self.bridge):
+            network.ip("link", "delete", "dev", self.bridge, "type", "bridge", check=False)
         if self.dir.is_dir():
             shutil.rmtree(self.dir)
 
@@ -412,7 +377,7 @@ def light_command() -> Any:
         fleet = LightFleet(name, subnet)
         try:
             timings = fleet.up(count)
-        except (LightError, OSError, subprocess.CalledProcessError) as exc:
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
             fleet.down()
             raise click.ClickException(str(exc)) from exc
         click.echo(json.dumps({k: round(v, 2) for k, v in timings.items()}))

@@ -14,7 +14,7 @@ class NetworkError(RuntimeError):
     """An ``ip`` command failed."""
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
     if check and proc.returncode != 0:
         raise NetworkError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
@@ -22,12 +22,12 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def link_exists(name: str) -> bool:
-    return _ip("link", "show", "dev", name, check=False).returncode == 0
+    return ip("link", "show", "dev", name, check=False).returncode == 0
 
 
 def subnet_users(topology: Topology) -> list[str]:
     """Interfaces other than the lab's bridge with an address in the lab's subnet."""
-    everything = json.loads(_ip("-j", "addr", "show").stdout or "[]")
+    everything = json.loads(ip("-j", "addr", "show").stdout or "[]")
     users = []
     for iface in everything:
         if iface.get("ifname") == topology.bridge:
@@ -47,9 +47,9 @@ def ensure_bridge(topology: Topology) -> None:
             "another subnet (network.subnet in its topology) or take the other lab down"
         )
     if not link_exists(topology.bridge):
-        _ip("link", "add", "name", topology.bridge, "type", "bridge")
+        ip("link", "add", "name", topology.bridge, "type", "bridge")
     want = f"{topology.gateway}/{topology.prefixlen}"
-    addrs = json.loads(_ip("-j", "addr", "show", "dev", topology.bridge).stdout or "[]")
+    addrs = json.loads(ip("-j", "addr", "show", "dev", topology.bridge).stdout or "[]")
     have = {
         f"{a['local']}/{a['prefixlen']}"
         for i in addrs
@@ -57,13 +57,13 @@ def ensure_bridge(topology: Topology) -> None:
         if a.get("family") == "inet"
     }
     if want not in have:
-        _ip("addr", "add", want, "dev", topology.bridge)
-    _ip("link", "set", "dev", topology.bridge, "up")
+        ip("addr", "add", want, "dev", topology.bridge)
+    ip("link", "set", "dev", topology.bridge, "up")
 
 
 def delete_bridge(name: str) -> None:
     if link_exists(name):
-        _ip("link", "delete", "dev", name, "type", "bridge")
+        ip("link", "delete", "dev", name, "type", "bridge")
 
 
 def machine_name(lab: str, host: str) -> str:
@@ -86,12 +86,12 @@ def set_link(machine: str, up: bool) -> bool:
     veth = host_veth(machine)
     if not link_exists(veth):
         return False
-    _ip("link", "set", "dev", veth, "up" if up else "down")
+    ip("link", "set", "dev", veth, "up" if up else "down")
     return True
 
 
 def link_is_up(machine: str) -> bool | None:
-    proc = _ip("-j", "link", "show", "dev", host_veth(machine), check=False)
+    proc = ip("-j", "link", "show", "dev", host_veth(machine), check=False)
     if proc.returncode != 0:
         return None
     info = json.loads(proc.stdout)[0]
