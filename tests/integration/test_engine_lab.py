@@ -6,26 +6,23 @@ and checks the hosts with testinfra over SSH with host-key checking on.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-import testinfra
+
+from tests.integration.labtools import CLI, infra, run_cli, write_ssh_config
 
 pytestmark = pytest.mark.lab
 
 SITE = Path(__file__).parent / "site" / "site.yml"
 SLOW_SITE = Path(__file__).parent / "site" / "slow.yml"
-CLI = [sys.executable, "-m", "deployer.cli"]
 
 
-def gpumon(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+gpumon = functools.partial(run_cli, timeout=600)
 
 
 def up_json(lab, *args: str) -> tuple[int, dict]:
@@ -38,26 +35,7 @@ def up_json(lab, *args: str) -> tuple[int, dict]:
 
 @pytest.fixture(scope="module")
 def ssh_config(lab, tmp_path_factory) -> Path:
-    """An OpenSSH client config for testinfra: the lab's key and known_hosts, strict checking."""
-    path = tmp_path_factory.mktemp("ssh") / "config"
-    lines = []
-    for h in lab.hosts:
-        lines += [
-            f"Host {h.name}",
-            f"  HostName {h.address}",
-            "  User root",
-            f"  IdentityFile {lab.private_key_path}",
-            f"  UserKnownHostsFile {lab.known_hosts_path}",
-            "  StrictHostKeyChecking yes",
-            "  BatchMode yes",
-            "",
-        ]
-    path.write_text("\n".join(lines))
-    return path
-
-
-def infra(ssh_config: Path, host: str):
-    return testinfra.get_host(f"ssh://{host}", ssh_config=str(ssh_config))
+    return write_ssh_config(lab, tmp_path_factory.mktemp("ssh") / "config")
 
 
 RESET_DEMO = (

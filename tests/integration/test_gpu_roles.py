@@ -14,41 +14,29 @@ by default the session's ``lab`` fixture is used.
 
 from __future__ import annotations
 
+import functools
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import testinfra
 import yaml
 
 from deployer.lab import Lab
+from tests.integration.labtools import infra, lab_named_by, run_cli, write_ssh_config
 
 pytestmark = pytest.mark.lab
 
-CLI = [sys.executable, "-m", "deployer.cli"]
 MY_ROLES = ("nvidia_driver", "dcgm", "dcgm_exporter")
 LAB_VERSIONS = ("-e", "dcgm_exporter_version=4.5.3-4.8.2", "-e", "node_exporter_version=1.5.0")
 
 
-def gpumon(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+gpumon = functools.partial(run_cli, timeout=1200)
 
 
 @pytest.fixture(scope="module")
 def gpu_lab(request) -> Lab:
-    name = os.environ.get("GPUMON_GPU_ROLES_LAB")
-    if name:
-        lab = Lab(name)
-        if lab.topology is None:
-            pytest.skip(f"lab {name!r} is not up")
-        return lab
-    return request.getfixturevalue("lab")
+    return lab_named_by("GPUMON_GPU_ROLES_LAB", request)
 
 
 @pytest.fixture(scope="module")
@@ -61,25 +49,7 @@ def gpu_hosts(gpu_lab) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def ssh_config(gpu_lab, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("ssh") / "config"
-    lines = []
-    for h in gpu_lab.hosts:
-        lines += [
-            f"Host {h.name}",
-            f"  HostName {h.address}",
-            "  User root",
-            f"  IdentityFile {gpu_lab.private_key_path}",
-            f"  UserKnownHostsFile {gpu_lab.known_hosts_path}",
-            "  StrictHostKeyChecking yes",
-            "  BatchMode yes",
-            "",
-        ]
-    path.write_text("\n".join(lines))
-    return path
-
-
-def infra(ssh_config: Path, host: str):
-    return testinfra.get_host(f"ssh://{host}", ssh_config=str(ssh_config))
+    return write_ssh_config(gpu_lab, tmp_path_factory.mktemp("ssh") / "config")
 
 
 def up_json(lab: Lab, *args: str) -> tuple[int, dict, str]:

@@ -16,15 +16,11 @@ a lab of that name that is already up instead (it is neither started nor stopped
 
 from __future__ import annotations
 
-import http.server
+import functools
 import json
-import os
-import subprocess
-import sys
-import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +29,16 @@ import yaml
 
 from deployer.lab import Lab
 from deployer.status import http_fetch
+from tests.integration.labtools import (
+    WebhookReceiver,
+    alerting_vars,
+    lab_named_by,
+    run_cli,
+    wait_until,
+)
 
 pytestmark = pytest.mark.lab
 
-CLI = [sys.executable, "-m", "deployer.cli"]
 ALERT = "GPUMemoryTemperatureHigh"
 
 # What the lab's offline mirror holds, until the lab inventory sets it (see the report of
@@ -49,22 +51,12 @@ ALERT = "GPUMemoryTemperatureHigh"
 LAB_VARS: list[str] = []
 
 
-def gpumon(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+gpumon = functools.partial(run_cli, timeout=900)
 
 
-def wait_until(what: str, probe: Callable[[], Any], timeout: float, every: float = 2) -> Any:
-    """Poll ``probe`` until it returns something truthy; bounded in time."""
-    end = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < end:
-        last = probe()
-        if last:
-            return last
-        time.sleep(every)
-    pytest.fail(f"{what}: not within {timeout:.0f}s (last: {last!r})")
+def matching(webhook: WebhookReceiver, status: str, node: str, gpu: int) -> list[dict[str, Any]]:
+    """Notifications carrying ``ALERT`` for ``node``'s GPU ``gpu`` in ``status``."""
+    return webhook.notifications_with(ALERT, status, node=node, gpu=str(gpu))
 
 
 def get_json(url: str) -> Any:
@@ -76,58 +68,9 @@ def get_json(url: str) -> Any:
 # ---------------------------------------------------------------- the lab and its stack
 
 
-class WebhookReceiver:
-    """An Alertmanager webhook receiver on the lab bridge: records every notification."""
-
-    def __init__(self, address: str) -> None:
-        self.notifications: list[dict[str, Any]] = []
-        lock = threading.Lock()
-        received = self.notifications
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                with lock:
-                    received.append(json.loads(body))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer((address, 0), Handler)
-        self.url = f"http://{address}:{self.server.server_address[1]}/alerts"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def matching(self, status: str, node: str, gpu: int) -> list[dict[str, Any]]:
-        """Notifications carrying ``ALERT`` for ``node``'s GPU ``gpu`` in ``status``."""
-        return [
-            n
-            for n in list(self.notifications)
-            if any(
-                a["labels"].get("alertname") == ALERT
-                and a["labels"].get("node") == node
-                and a["labels"].get("gpu") == str(gpu)
-                and a["status"] == status
-                for a in n.get("alerts", [])
-            )
-        ]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(scope="module")
 def mlab(request: pytest.FixtureRequest) -> Lab:
-    name = os.environ.get("GPUMON_MONITORING_LAB")
-    if name:
-        the_lab = Lab(name)
-        if the_lab.topology is None:
-            pytest.skip(f"lab {name!r} is not up")
-        return the_lab
-    return request.getfixturevalue("lab")
+    return lab_named_by("GPUMON_MONITORING_LAB", request)
 
 
 @pytest.fixture(scope="module")
@@ -142,21 +85,9 @@ def webhook(mlab: Lab) -> Iterator[WebhookReceiver]:
 @pytest.fixture(scope="module")
 def stack_vars(webhook: WebhookReceiver) -> list[str]:
     """Extra vars of every ``up`` here: the lab's versions, the test's receiver, a short ``for``."""
-    alerting = {
-        "alertmanager_receivers": [
-            {"name": "test", "webhook_configs": [{"url": webhook.url, "send_resolved": True}]}
-        ],
-        "alertmanager_route": {
-            "receiver": "test",
-            "group_by": ["alertname", "node", "gpu"],
-            "group_wait": "5s",
-            # Above 2 x --cluster.peer-timeout (15s): the peers' flushes of one group do not
-            # overlap their notification waits.
-            "group_interval": "30s",
-            "repeat_interval": "4h",
-        },
-        "prometheus_rules_memory_temp_for": "15s",
-    }
+    # group_interval above 2 x --cluster.peer-timeout (15s): the peers' flushes of one group do
+    # not overlap their notification waits.
+    alerting = alerting_vars(webhook.url, send_resolved=True, group_interval="30s")
     args = []
     for v in [*LAB_VARS, json.dumps(alerting)]:
         args += ["-e", v]
@@ -312,27 +243,27 @@ def memory_temperature_round(mlab: Lab, webhook: WebhookReceiver, gpu: int) -> N
     resolved. Rounds use different GPUs, so one round's alert history cannot touch another's."""
     node = hosts_in(mlab, "gpu")[0].name
     wait_until(f"no {ALERT} for {node} anywhere", lambda: quiet(mlab, node, gpu), 300, every=5)
-    before = len(webhook.matching("firing", node, gpu))
+    before = len(matching(webhook, "firing", node, gpu))
     mlab.fault(node, "memory-temp", gpu=gpu, value=99)
     try:
         for name, url in prometheus_urls(mlab).items():
             wait_until(f"{ALERT} firing in {name}", lambda url=url: firing_in(url, node, gpu), 180)
         wait_until(
             "the firing notification",
-            lambda: len(webhook.matching("firing", node, gpu)) > before,
+            lambda: len(matching(webhook, "firing", node, gpu)) > before,
             120,
         )
         # Longer than Alertmanager's peer timeout ordering (15s per peer position): a duplicate
         # from another peer would have arrived by now.
         time.sleep(45)
-        firing = webhook.matching("firing", node, gpu)[before:]
+        firing = matching(webhook, "firing", node, gpu)[before:]
         assert len(firing) == 1, [(n["externalURL"], n["alerts"][0]["startsAt"]) for n in firing]
     finally:
         mlab.heal(node)
-    resolved_before = len(webhook.matching("resolved", node, gpu))
+    resolved_before = len(matching(webhook, "resolved", node, gpu))
     wait_until(
         "the resolved notification",
-        lambda: len(webhook.matching("resolved", node, gpu)) > resolved_before,
+        lambda: len(matching(webhook, "resolved", node, gpu)) > resolved_before,
         240,
     )
 

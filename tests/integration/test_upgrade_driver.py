@@ -21,12 +21,11 @@ Set ``GPUMON_ROLLOUT_LAB=<name>`` to run against another lab that is already up 
 from __future__ import annotations
 
 import calendar
-import http.server
+import functools
 import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -36,10 +35,11 @@ import pytest
 import yaml
 
 from deployer.lab import Lab
+from tests.integration import labtools
+from tests.integration.labtools import CLI, WebhookReceiver, alerting_vars, lab_named_by, run_cli
 
 pytestmark = pytest.mark.lab
 
-CLI = [sys.executable, "-m", "deployer.cli"]
 BASELINE = "580.65.06"
 MARKERS = "/var/tmp/gpumon-drain"
 # A scheduler stand-in on mon01 (the "login node"): a marker file per drained node.
@@ -53,26 +53,12 @@ DRAIN = (
 DRAIN_ARGS = ("--drain", "command", "--drain-command", DRAIN, "--drain-host", "mon01")
 
 
-def gpumon(*args: str, env: dict | None = None, timeout: float = 1500):
-    return subprocess.run(
-        [*CLI, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
+gpumon = functools.partial(run_cli, timeout=1500)
 
 
 @pytest.fixture(scope="module")
 def ulab(request) -> Lab:
-    name = os.environ.get("GPUMON_ROLLOUT_LAB")
-    if name:
-        lab = Lab(name)
-        if lab.topology is None:
-            pytest.skip(f"lab {name!r} is not up")
-        return lab
-    return request.getfixturevalue("lab")
+    return lab_named_by("GPUMON_ROLLOUT_LAB", request)
 
 
 @pytest.fixture(scope="module")
@@ -125,53 +111,19 @@ def run_dir(state_env: dict, stderr: str) -> Path:
 ALERT = "GPUMemoryTemperatureHigh"
 
 
-class WebhookReceiver:
-    """An Alertmanager webhook receiver on the lab bridge: records every notification."""
-
-    def __init__(self, address: str) -> None:
-        self.notifications: list[dict] = []
-        received, lock = self.notifications, threading.Lock()
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                with lock:
-                    received.append(json.loads(body))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer((address, 0), Handler)
-        self.url = f"http://{address}:{self.server.server_address[1]}/alerts"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def firing_for(self, node: str) -> list[dict]:
-        return [
-            a
-            for n in list(self.notifications)
-            for a in n.get("alerts", [])
-            if a["labels"].get("alertname") == ALERT
-            and a["labels"].get("node") == node
-            and a["status"] == "firing"
-        ]
+def firing_for(webhook: WebhookReceiver, node: str) -> list[dict]:
+    """Notifications carrying ``ALERT`` firing for ``node``."""
+    return webhook.notifications_with(ALERT, "firing", node=node)
 
 
 @pytest.fixture(scope="module")
 def webhook(ulab):
     receiver = WebhookReceiver(ulab.topology.gateway)
     yield receiver
-    receiver.server.shutdown()
+    receiver.close()
 
 
-def wait_until(what: str, probe, timeout: float, every: float = 3.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if probe():
-            return
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+wait_until = functools.partial(labtools.wait_until, every=3.0)
 
 
 def prometheus_urls(inventory: dict) -> list[str]:
@@ -201,19 +153,7 @@ def baseline(ulab, inventory, webhook):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     sh(ulab, "mon01", f"rm -rf {MARKERS}")
-    alerting = {
-        "alertmanager_receivers": [
-            {"name": "test", "webhook_configs": [{"url": webhook.url, "send_resolved": False}]}
-        ],
-        "alertmanager_route": {
-            "receiver": "test",
-            "group_by": ["alertname", "node", "gpu"],
-            "group_wait": "5s",
-            "group_interval": "10s",
-            "repeat_interval": "4h",
-        },
-        "prometheus_rules_memory_temp_for": "15s",
-    }
+    alerting = alerting_vars(webhook.url, send_resolved=False, group_interval="10s")
     proc = gpumon(
         "up", "-i", inv, "--limit", "prometheus:alertmanager:thanos_query",
         "-e", json.dumps(alerting),
@@ -287,11 +227,11 @@ def test_a_host_failing_validation_stops_the_run_and_stays_drained_and_silenced(
         # the silenced host's alerts reach nobody; a host outside the run still notifies
         ulab.fault("gpu02", "memory-temp", gpu=0, value=99)
         ulab.fault("gpu04", "memory-temp", gpu=0, value=99)
-        wait_until("gpu04's notification", lambda: webhook.firing_for("gpu04"), 300)
+        wait_until("gpu04's notification", lambda: firing_for(webhook, "gpu04"), 300)
         for url in prometheus_urls(inventory):
             wait_until(f"gpu02's alert firing in {url}", lambda u=url: firing_in(u, "gpu02"), 180)
         time.sleep(30)  # group_wait 5s + group_interval 10s: a notification would be here
-        assert webhook.firing_for("gpu02") == []
+        assert firing_for(webhook, "gpu02") == []
     finally:
         ulab.heal("gpu04")
         ulab.heal("gpu02")
