@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gc
 import json
 import resource
 import subprocess
@@ -122,7 +121,7 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
         path.write_text(inventory_yaml(n))
 
     t = start()
-    from deployer import compat, file_sd, preflight
+    from deployer import compat, file_sd, memory, preflight
     from deployer.inventory import load_inventory
     from deployer.plan import Planner
     from deployer.roles import Play
@@ -130,7 +129,7 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     stage("import", t)
     t = start()
     inventory = load_inventory(path)
-    gc.freeze()  # as DeploySession.load does once the inventory is loaded
+    memory.keep_for_the_run()  # as DeploySession.load does once the inventory is loaded
     stage("inventory_load", t)
 
     from deployer.session import validation_facts

@@ -16,11 +16,12 @@ one implementation; tests/unit/test_file_sd.py checks what the role plans.
 
 from __future__ import annotations
 
-import gc
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from deployer.memory import collector_paused
 
 JOBS = ("dcgm", "node", "prometheus", "alertmanager", "thanos-sidecar")
 
@@ -122,13 +123,8 @@ def job_targets(variables: Mapping[str, Any], job: str) -> list[dict[str, Any]]:
     """The target groups of ``job``, one per host, from one Prometheus host's variables."""
     # Every host's variables are resolved for its group and all stay alive until the file is
     # written: the cyclic collector, left on, rescans them again and again and frees none.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         return _job_targets(variables, job)
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _job_targets(variables: Mapping[str, Any], job: str) -> list[dict[str, Any]]:

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import gc
 import getpass
 import ipaddress
 import json
@@ -65,6 +64,7 @@ from typing import Any
 import jinja2
 
 from deployer.errors import InputError
+from deployer.memory import collector_paused
 from deployer.secrets import REGISTERED, SecretValues, is_secret_key, mask, secret_values_in
 from deployer.yamlsrc import SourceDict, load_yaml_text
 
@@ -1197,13 +1197,8 @@ def load_inventory(
     # Loading builds millions of containers that all stay alive: the cyclic collector, left on,
     # rescans them again and again (a fifth of loading 30,000 hosts) and frees none. Paused for
     # the load only, and left as the caller had it.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         return _load_inventory(path, extra_vars, secrets)
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _load_inventory(

@@ -6,7 +6,6 @@ input fails with exit 2 and nothing touched.
 
 from __future__ import annotations
 
-import gc
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployer import gpu_plan, preflight
+from deployer import gpu_plan, memory, preflight
 from deployer import inventory as inv
 from deployer.connection import ConnectionPool, SSHConnection, SSHTarget
 from deployer.errors import HostUnreachable, InputError, PlanRefused
@@ -81,9 +80,9 @@ class DeploySession:
         extra = inv.parse_extra_vars(options.extra_vars)
         inventory = inv.load_inventory(options.inventory, extra_vars=extra)
         # The inventory lives as long as the run: the cyclic GC need not scan it again and again
-        # while every host's variables are built (a third of the later stages' GC time at 30,000
-        # hosts). Objects made from here on are collected as usual.
-        gc.freeze()
+        # while every host's variables are built (variable resolution of 100,000 hosts 1.1 ->
+        # 0.8 s).
+        memory.keep_for_the_run()
         hosts = [h.name for h in select(inventory, options.limit)]
         session = cls(options, inventory, hosts)
         if plan:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from deployer.errors import InputError
+from deployer.memory import collector_paused
 
 
 class SourceDict(dict):
@@ -79,19 +79,15 @@ def load_yaml_text(text: str, source: str) -> Any:
     """Parse YAML text; syntax errors become InputError with the file and line. The cyclic GC
     is paused while the many small objects of a large file are built."""
     loader_cls = type("_SourceLoader", (_FastLoader,), {"source": source})
-    enabled = gc.isenabled()
-    gc.disable()
     try:
-        return yaml.load(text, Loader=loader_cls)
+        with collector_paused():
+            return yaml.load(text, Loader=loader_cls)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         raise InputError(f"invalid YAML: {exc.problem or exc}", source=source, line=line) from exc
     except yaml.YAMLError as exc:
         raise InputError(f"invalid YAML: {exc}", source=source) from exc
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def load_yaml_file(path: str | Path) -> Any:

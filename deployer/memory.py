@@ -1,0 +1,28 @@
+"""How the engine keeps Python's cyclic garbage collector out of the way of the large structures
+a run builds and keeps (an inventory of 100,000 hosts, every host's variables for a targets
+file): paused while they are built, left as the caller had it; frozen once built for the run."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic collection inside the block: what it builds stays alive, so a collection would
+    rescan it again and again and free nothing. Restored as found, also on error."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def keep_for_the_run() -> None:
+    """Move everything alive now out of the collector's sight (``gc.freeze``): call it once what
+    lives for the whole run (the inventory) is built. Objects made later are collected as usual."""
+    gc.freeze()
