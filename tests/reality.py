@@ -1,0 +1,53 @@
+"""Where the tests find real captures of NVIDIA tools and real inventories written by others.
+
+The captures live outside the repository, in ``../shared/gpu_reality_fixtures/`` (each origin named
+in its ``SOURCES.md``) and ``../shared/ansible_inventory_corpus/``; the tests read them there and
+never keep a copy. ``GPUMON_SHARED_DIR`` points elsewhere. A capture made by this project on a
+machine with a real GPU lives in ``tests/fixtures/gpu_reality/`` with its origin in the
+``SOURCES.md`` beside it, and is found through the same helper.
+
+Contract tests are tables: one row per (capture, expected result). Adding a capture is one row.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_ENV = "GPUMON_SHARED_DIR"
+# Captures this project made itself on a real GPU machine (origin in SOURCES.md there).
+OWN_CAPTURES = REPO / "tests" / "fixtures" / "gpu_reality"
+
+
+def shared_dir() -> Path:
+    """The shared folder beside the checkout (``$GPUMON_SHARED_DIR`` overrides)."""
+    return Path(os.environ.get(SHARED_ENV) or REPO.parent / "shared")
+
+
+def gpu_captures_dir() -> Path:
+    return shared_dir() / "gpu_reality_fixtures"
+
+
+def inventory_corpus_dir() -> Path:
+    return shared_dir() / "ansible_inventory_corpus"
+
+
+def capture(relpath: str) -> Path:
+    """A real capture by its path under ``gpu_reality_fixtures/`` (or this project's own
+    ``tests/fixtures/gpu_reality/``); skips the test, saying why, when the shared folder is absent."""
+    own = OWN_CAPTURES / relpath
+    if own.is_file():
+        return own
+    path = gpu_captures_dir() / relpath
+    if not path.is_file():
+        if not gpu_captures_dir().is_dir():
+            pytest.skip(f"real GPU captures not found: {gpu_captures_dir()} (set {SHARED_ENV})")
+        raise FileNotFoundError(f"no real capture {relpath} under {gpu_captures_dir()}")
+    return path
+
+
+def capture_text(relpath: str) -> str:
+    return capture(relpath).read_text(encoding="utf-8", errors="replace")
