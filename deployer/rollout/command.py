@@ -165,6 +165,7 @@ def _new_record(req: UpgradeRequest, pre: Preflight, hook: DrainHook, opener) ->
             batch=batch_of.get(h, -1),
             before=ht.before,
             after=ht.after,
+            inventory_driver=ht.inventory_driver,
             was_drained=True if unavailable.get(h, "").startswith("drained") else None,
         )
     initial_record_skips(record, pre.hosts)

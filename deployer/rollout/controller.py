@@ -26,6 +26,7 @@ from pathlib import Path
 
 from deployer import status
 from deployer.connection import CommandResult, Connection, LocalConnection
+from deployer.driver_record import DriverRecord, write_command
 from deployer.errors import HostUnreachable
 from deployer.executor import Executor
 from deployer.modules.reboot import REBOOT_COMMAND
@@ -496,6 +497,21 @@ class Rollout:
         self.store.save(self.record)
         if problems:
             raise StepFailed("validation failed: " + "; ".join(problems))
+
+    def _step_recording(self, host: str) -> None:
+        """The validated target written on the host (``deployer.driver_record``): the next
+        ``up`` keeps this driver while the inventory still says what it said at the start."""
+        target = self.record.target
+        record = DriverRecord(
+            version=target["version"],
+            branch=target["branch"],
+            run_id=self.record.run_id,
+            finished=time.time(),
+            inventory=dict(self.record.hosts[host].inventory_driver),
+        )
+        result = self._run_on(host, write_command(record), timeout=60)
+        if result.rc != 0:
+            raise StepFailed(f"recording the driver on the host failed: {_tail(result)}")
 
     def _step_undraining(self, host: str) -> None:
         rec = self.record.hosts[host]

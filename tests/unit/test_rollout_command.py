@@ -57,3 +57,19 @@ def test_check_of_a_readable_fleet_exits_0_with_the_plan(tmp_path, monkeypatch, 
     plan = json.loads(result.output[result.output.index("{") :])
     assert plan["batches"] == [["g1"]]
     assert not state_dir.exists() or list(state_dir.iterdir()) == []
+
+
+def test_the_run_keeps_what_the_inventory_says_beside_the_target(tmp_path, monkeypatch):
+    from deployer.rollout.preflight import run_preflight
+
+    inv = write_inventory(
+        tmp_path, {"g1": {"gpu_model": "H100", "nvidia_driver_version": "580.65.06"}}
+    )
+    FakeFleet(facts={"g1": gpu_facts("g1")}).install(monkeypatch)
+    pre = run_preflight(inv, None, [], "580")
+    try:
+        g1 = pre.hosts["g1"]
+        assert g1.inventory_driver == {"version": "580.65.06", "branch": None}
+        assert g1.after["driver_version"] == "580.126.20"
+    finally:
+        pre.session.pool.close_all()
