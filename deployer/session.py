@@ -180,17 +180,19 @@ class DeploySession:
         """What the operator should know about the selected GPU hosts' drivers (host -> note)."""
         out = {}
         for h in preflight.gpu_hosts(self.inventory, self.hosts):
-            note = self.driver_choice(h).note if h in self.driver_records else None
+            note = self.driver_choice(h).note if self.driver_records.get(h) else None
             if note:
                 out[h] = note
         return out
 
     def _gpu_role_hosts(self) -> set[str]:
         """Hosts whose plan runs a task of a GPU role (after --tags / --skip-tags)."""
+        gpu = set(preflight.gpu_hosts(self.inventory, self.hosts))
         return {
             p.host
             for p in self.plans
-            if any(t.role in preflight.GPU_ROLES for hp in p.plays for t in hp.tasks)
+            if p.host in gpu
+            and any(t.role in preflight.GPU_ROLES for hp in p.plays for t in hp.tasks)
         }
 
     def preflight(
