@@ -9,7 +9,8 @@ whole run (exit 2) when any host's plan is refused. Two kinds of refusal:
   loaded and the planned version and ``upgrade-driver`` -- the only way a live host's driver
   changes (drain, silences, canary, reboot, validation). Installing packages under a loaded
   module leaves ``Failed to initialize NVML: Driver/library version mismatch`` until a reboot, and
-  breaks every CUDA job on the host. ``--out-of-service`` says the selected hosts run no GPU work,
+  breaks every CUDA job on the host (../shared/reference/nvidia-driver.md, "Mismatch detection",
+  [S20][S24][S27], verified; a capture: gpu_reality_fixtures/driver-misc/nvidia-smi-mismatch.txt). ``--out-of-service`` says the selected hosts run no GPU work,
   and lifts it. A host with no driver loaded (a first install, or packages waiting for a reboot)
   is a plain ``up``.
 
