@@ -1,7 +1,8 @@
 """The ``gpumon-deploy`` command line: a thin click group over the engine.
 
 Exit status: 0 nothing failed; 1 a host failed or was unreachable; 2 invalid input or a refused
-plan, in which case no host was contacted.
+plan, in which case nothing was changed (no host was contacted, or, for a refusal that needs the
+hosts' facts -- a loaded driver ``up`` would change -- the hosts were only read).
 """
 
 from __future__ import annotations
@@ -24,8 +25,21 @@ EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
 def _fail_input(exc: InputError) -> None:
     click.echo(f"error: {exc}", err=True)
-    click.echo("nothing was changed; no host was contacted", err=True)
+    if getattr(exc, "hosts_read", False):  # refused on the hosts' facts (deployer/preflight.py)
+        click.echo("nothing was changed; the hosts were only read", err=True)
+    else:
+        click.echo("nothing was changed; no host was contacted", err=True)
     sys.exit(EXIT_INPUT)
+
+
+def out_of_service_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--out-of-service",
+        "out_of_service",
+        is_flag=True,
+        help="The selected GPU hosts run no GPU work (drained): a planned driver may replace a "
+        "loaded one in place. Without it a loaded driver changes only through upgrade-driver.",
+    )(f)
 
 
 def inventory_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -112,6 +126,7 @@ def _tags(text: str) -> frozenset[str]:
 @inventory_options
 @converge_options
 @click.option("--check", "check_mode", is_flag=True, help="Predict changes; write nothing.")
+@out_of_service_option
 @output_option
 @input_errors_exit_2
 def up(
@@ -125,9 +140,11 @@ def up(
     roles_path: tuple[Path, ...],
     site: Path | None,
     check_mode: bool,
+    out_of_service: bool,
     output: str,
 ) -> None:
-    """Converge every selected host to the state its roles describe."""
+    """Converge every selected host to the state its roles describe (a loaded NVIDIA driver is
+    never changed: see upgrade-driver and --out-of-service)."""
     session = DeploySession.load(
         RunOptions(
             inventory=inventory,
@@ -140,7 +157,11 @@ def up(
         )
     )
     report = session.converge(
-        check=check_mode, diff=diff, forks=forks, json_output=output == "json"
+        check=check_mode,
+        diff=diff,
+        forks=forks,
+        json_output=output == "json",
+        out_of_service=out_of_service,
     )
     sys.exit(report.exit_code)
 
@@ -152,16 +173,24 @@ def up(
     is_flag=True,
     help="Use the inventory's gpu_model instead of reading GPUs from the hosts.",
 )
+@out_of_service_option
 @output_option
 @input_errors_exit_2
 def check(
-    inventory: Path, limit: str | None, extra_vars: tuple[str, ...], offline: bool, output: str
+    inventory: Path,
+    limit: str | None,
+    extra_vars: tuple[str, ...],
+    offline: bool,
+    out_of_service: bool,
+    output: str,
 ) -> None:
-    """Check every GPU host's planned versions against the compatibility matrix; change nothing."""
+    """Check what `up` would refuse, changing nothing: every GPU host's planned versions against
+    the compatibility matrix and, from the hosts' facts, a change of a loaded driver."""
     session = DeploySession.load(
         RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars))
     )
-    refused = session.preflight(offline=offline)
+    refused = session.preflight(offline=offline, out_of_service=out_of_service)
+    notes = session.driver_notes()
     if output == "json":
         click.echo(
             json.dumps(
@@ -172,11 +201,14 @@ def check(
                         for r in refused
                     ],
                     "unreachable": session.unreachable,
+                    "notes": notes,
                 },
                 indent=2,
             )
         )
     else:
+        for host, note in notes.items():
+            click.echo(f"NOTE {host}: {note}", err=True)
         for r in refused:
             click.echo(f"REFUSED {r}", err=True)
         for host, why in session.unreachable.items():

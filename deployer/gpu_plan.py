@@ -8,9 +8,12 @@ the value is a stand-in.
 
 Public API
 ----------
-``template_plan(host, variables, facts=None) -> dict``
+``template_plan(host, variables, facts=None, record=None) -> dict``
     With facts (the run that converges): the host's plan resolved against the matrix, the GPU
-    names from facts deciding the model when nvidia-smi saw GPUs. A refused plan raises
+    names from facts deciding the model when nvidia-smi saw GPUs; ``variables`` already carry
+    the driver the host is to run (``preflight.choose_driver``), and ``driver_record`` says where
+    the host's ``upgrade-driver`` record lives and whether it is ``stale`` (it names another
+    driver than the plan's: the role removes it before installing, see ``deployer.driver_record``). A refused plan raises
     ``PlanRefused`` and malformed inventory values ``InputError`` (the preflight reports both
     first, so a converge never gets here with either).
     Without facts (validating templates before any connection): malformed values still raise
@@ -40,6 +43,7 @@ from functools import cache
 from typing import Any
 
 from deployer import compat, dcgm_fields
+from deployer.driver_record import RECORD_PATH, DriverRecord
 from deployer.errors import InputError, PlanRefused
 from deployer.facts import HostFacts
 
@@ -185,7 +189,13 @@ def _view(
     out["driver_switch"] = driver_switch(resolved, facts)
     out["dcgm_stale_variants"] = dcgm_stale_variants(resolved, facts)
     out["exporter_csv"] = dcgm_fields.csv_from_vars(variables)
+    out["driver_record"] = {"path": RECORD_PATH, "stale": False}
     return out
+
+
+def _with_record(view: dict[str, Any], record: DriverRecord | None) -> dict[str, Any]:
+    view["driver_record"]["stale"] = record is not None and record.version != view["driver_version"]
+    return view
 
 
 def _resolve(host: str, variables: Mapping[str, Any], names: list[str] | None):
@@ -212,13 +222,17 @@ def check_role_vars(host: str, variables: Mapping[str, Any]) -> None:
 
 
 def template_plan(
-    host: str, variables: Mapping[str, Any], facts: HostFacts | None = None
+    host: str,
+    variables: Mapping[str, Any],
+    facts: HostFacts | None = None,
+    record: DriverRecord | None = None,
 ) -> dict[str, Any]:
     """The ``gpu_plan`` mapping of one GPU host (see the module docstring)."""
     check_role_vars(host, variables)
     if facts is not None:
         names = [g.name for g in facts.gpus] or None
-        return _view(_resolve(host, variables, names), variables, facts.to_json(), stand_in=False)
+        view = _view(_resolve(host, variables, names), variables, facts.to_json(), stand_in=False)
+        return _with_record(view, record)
     stand_in_facts = {
         "os_id": "debian",
         "os_family": "debian",

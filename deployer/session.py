@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployer import gpu_plan, memory, preflight
+from deployer import driver_record, gpu_plan, memory, preflight
 from deployer import inventory as inv
 from deployer.connection import ConnectionPool, SSHConnection, SSHTarget
-from deployer.errors import HostUnreachable, InputError, PlanRefused
+from deployer.errors import HostUnreachable, InputError
 from deployer.executor import DEFAULT_FORKS, Executor
 from deployer.facts import HostFacts, gather
 from deployer.hostpattern import NoHostsMatched, select
@@ -73,6 +73,8 @@ class DeploySession:
         self.planner: Planner | None = None
         self.pool = ConnectionPool(self._open)
         self.facts: dict[str, HostFacts] = {}
+        # what upgrade-driver recorded on each GPU host (read with the facts; None: nothing)
+        self.driver_records: dict[str, driver_record.DriverRecord | None] = {}
         self.unreachable: dict[str, str] = {}
 
     @classmethod
@@ -132,8 +134,11 @@ class DeploySession:
             found = (facts or {}).get(h)
             context: dict[str, Any] = {"facts": (found or validation_facts(h)).to_json()}
             if h in gpu:
-                # The GPU roles read the resolved compatibility plan (deployer/gpu_plan.py).
-                context["gpu_plan"] = gpu_plan.template_plan(h, self.host_variables(h), found)
+                # The GPU roles read the resolved compatibility plan (deployer/gpu_plan.py), for
+                # the driver the host is to run (preflight.choose_driver).
+                context["gpu_plan"] = gpu_plan.template_plan(
+                    h, self.driver_choice(h).variables, found, self.driver_records.get(h)
+                )
             planner.extra_context = context
             self.plans.append(planner.plan_host(h, per_host[h]))
 
@@ -143,9 +148,16 @@ class DeploySession:
     def gather_facts(self, hosts: list[str], forks: int = DEFAULT_FORKS) -> dict[str, HostFacts]:
         """Facts of ``hosts`` in parallel over the pooled connections; unreachable hosts noted."""
 
+        gpu = set(preflight.gpu_hosts(self.inventory, hosts))
+
         def one(host: str) -> tuple[str, HostFacts | None, str | None]:
             try:
-                return host, gather(self.pool.get(host)), None
+                conn = self.pool.get(host)
+                found = gather(conn)
+                if host in gpu:
+                    text = conn.run(driver_record.READ_COMMAND, timeout=60).stdout
+                    self.driver_records[host] = driver_record.parse(text)
+                return host, found, None
             except HostUnreachable as exc:
                 return host, None, str(exc)
 
@@ -157,8 +169,38 @@ class DeploySession:
                     self.unreachable[host] = error or "unreachable"
         return self.facts
 
-    def preflight(self, *, offline: bool, forks: int = DEFAULT_FORKS) -> list[Any]:
-        """Refusals of the compatibility matrix for the selected GPU hosts (empty: all good)."""
+    def driver_choice(self, host: str) -> preflight.DriverChoice:
+        """The GPU host's variables with the driver it is to run, and where that comes from."""
+        explicit = [k for k in driver_record.DRIVER_VARS if k in self.inventory.extra_vars]
+        return preflight.choose_driver(
+            self.host_variables(host), self.driver_records.get(host), explicit=explicit
+        )
+
+    def driver_notes(self) -> dict[str, str]:
+        """What the operator should know about the selected GPU hosts' drivers (host -> note)."""
+        out = {}
+        for h in preflight.gpu_hosts(self.inventory, self.hosts):
+            note = self.driver_choice(h).note if self.driver_records.get(h) else None
+            if note:
+                out[h] = note
+        return out
+
+    def _gpu_role_hosts(self) -> set[str]:
+        """Hosts whose plan runs a task of a GPU role (after --tags / --skip-tags)."""
+        gpu = set(preflight.gpu_hosts(self.inventory, self.hosts))
+        return {
+            p.host
+            for p in self.plans
+            if p.host in gpu
+            and any(t.role in preflight.GPU_ROLES for hp in p.plays for t in hp.tasks)
+        }
+
+    def preflight(
+        self, *, offline: bool, forks: int = DEFAULT_FORKS, out_of_service: bool = False
+    ) -> list[Any]:
+        """Refusals for the selected GPU hosts (empty: all good): the compatibility matrix's and,
+        with facts, a driver change on a host whose driver is loaded (``preflight`` module;
+        ``out_of_service`` says the hosts run no GPU work and may change in place)."""
         gpu = preflight.gpu_hosts(self.inventory, self.hosts)
         if not gpu:
             return []
@@ -166,11 +208,21 @@ class DeploySession:
             self.gather_facts(
                 [h for h in gpu if h not in self.facts and h not in self.unreachable], forks
             )
-        variables = {h: self.host_variables(h) for h in gpu}
+        choices = {h: self.driver_choice(h) for h in gpu}
+        variables = {h: c.variables for h, c in choices.items()}
         plans = preflight.host_plans(
             self.inventory, gpu, variables, None if offline else self.facts
         )
-        return preflight.refusals(plans)
+        refused = preflight.refusals(plans)
+        if not offline and not out_of_service:
+            refused += preflight.live_driver_changes(
+                plans,
+                self.facts,
+                {h: c.origin for h, c in choices.items()},
+                guarded=self._gpu_role_hosts(),
+                refused={r.host for r in refused},
+            )
+        return refused
 
     def host_variables(self, host: str) -> dict[str, Any]:
         """A host's variables with the defaults of every role the site applies to it."""
@@ -182,16 +234,23 @@ class DeploySession:
         return dict(self.inventory.resolve_vars(host, defaults))
 
     def converge(
-        self, *, check: bool, diff: bool, forks: int = DEFAULT_FORKS, json_output: bool = False
+        self,
+        *,
+        check: bool,
+        diff: bool,
+        forks: int = DEFAULT_FORKS,
+        json_output: bool = False,
+        out_of_service: bool = False,
     ) -> RunReport:
         try:
             self.gather_facts([p.host for p in self.plans], forks)
-            refused = self.preflight(offline=False, forks=forks)
+            refused = self.preflight(offline=False, forks=forks, out_of_service=out_of_service)
             if refused:
-                raise PlanRefused(
-                    "the version plan is refused by the compatibility matrix:\n  "
-                    + "\n  ".join(str(r) for r in refused)
+                raise preflight.PreflightRefused(
+                    "the version plan is refused:\n  " + "\n  ".join(str(r) for r in refused)
                 )
+            for host, note in self.driver_notes().items():
+                print(f"NOTE {host}: {note}", file=sys.stderr)
             if self.facts:
                 self.build_plan(self.facts)
             reporter = ConsoleReporter(diff=diff)

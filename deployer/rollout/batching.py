@@ -64,34 +64,49 @@ def room(max_unavailable: int, out_of_service: Iterable[str]) -> int:
 
 @dataclass(frozen=True)
 class Step:
-    """What the controller does next within a batch."""
+    """What the controller does next within a batch: start ``start``; stop the run when
+    ``stop_reason`` is set; with neither, wait for a running host to finish and judge again."""
 
-    start: list[str]  # hosts to run now (in-progress ones first, then fresh ones)
-    stop_reason: str | None = None  # set when no fresh host may start
+    start: list[str]  # hosts to run now (interrupted ones first, then fresh ones)
+    stop_reason: str | None = None  # set only when nothing runs and no fresh host may start
 
 
 def next_hosts(
-    in_progress: Sequence[str],
+    interrupted: Sequence[str],
     fresh: Sequence[str],
     *,
+    running: Iterable[str] = (),
     out_of_service: Iterable[str],
     max_unavailable: int,
     failures: int,
     max_failures: int,
 ) -> Step:
-    """Hosts to run next: every interrupted host of the batch (already out of service), plus as
-    many fresh hosts as --max-unavailable leaves room for, none once --max-failures is reached."""
-    start = list(in_progress)
+    """The next decision within a batch, judged on the state of this moment.
+
+    ``interrupted`` hosts (left mid-step by an earlier controller; already out of service) always
+    continue. Fresh hosts start as far as --max-unavailable leaves room, counting every host out of
+    service now plus the hosts being driven (``running``, and the interrupted ones started with
+    this step) -- none once --max-failures is reached. A limit reached while hosts of this run are
+    still being driven is a wait, not a stop: they may come back and free their places, and the
+    controller asks again when one finishes. The run stops only when no host is being driven and
+    still no fresh host may start: the places are held by hosts nothing in this run brings back
+    (drained or unreachable before the run, failed and left drained)."""
+    start = list(interrupted)
     if not fresh:
         return Step(start)
+    busy = set(running) | set(interrupted)
     if failures >= max_failures:
+        if busy:
+            return Step(start)
         return Step(
             start,
             f"--max-failures {max_failures} reached ({failures} failed): no new host is started",
         )
-    down = set(out_of_service)
+    down = set(out_of_service) | busy
     free = room(max_unavailable, down)
     if free == 0:
+        if busy:
+            return Step(start)
         return Step(
             start,
             f"--max-unavailable {max_unavailable} reached: {len(down)} host(s) out of service "

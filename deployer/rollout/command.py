@@ -4,7 +4,9 @@ Exit status: 0 every selected host upgraded (or already at the target); 1 a host
 stopped at --max-failures / --max-unavailable, a host was unreachable, or the run was
 interrupted (continue with ``--resume RUN``); 2 bad input or a plan the matrix refuses for some
 selected host -- the refused hosts are listed and nothing is touched (``--limit`` them out, e.g.
-``--limit 'gpu:!gpu04'``, to upgrade the others).
+``--limit 'gpu:!gpu04'``, to upgrade the others). ``--check`` answers as the run would: 2 for a
+refused plan, 1 when a selected host could not be read (unreachable, its host key refused), so
+its part of the plan is unknown, 0 only for a plan of every selected host.
 """
 
 from __future__ import annotations
@@ -163,6 +165,7 @@ def _new_record(req: UpgradeRequest, pre: Preflight, hook: DrainHook, opener) ->
             batch=batch_of.get(h, -1),
             before=ht.before,
             after=ht.after,
+            inventory_driver=ht.inventory_driver,
             was_drained=True if unavailable.get(h, "").startswith("drained") else None,
         )
     initial_record_skips(record, pre.hosts)
@@ -221,8 +224,12 @@ def _print_refusals(pre: Preflight, err: TextIO) -> None:
     )
 
 
-def upgrade_driver(req: UpgradeRequest, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def upgrade_driver(
+    req: UpgradeRequest, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     """Run the command; the exit status (see the module docstring)."""
+    out = out or sys.stdout  # looked up at call time: the streams a caller set up (click's)
+    err = err or sys.stderr
     hook = _hook(req)
     if req.resume:
         store = StateStore.find(req.resume, req.state_dir)
@@ -286,16 +293,16 @@ def upgrade_driver(req: UpgradeRequest, out: TextIO = sys.stdout, err: TextIO = 
         tier = monitoring.load(req.inventory, list(req.extra_vars))
         if not req.resume:
             record = _new_record(req, pre, hook, opener)
+        for h, why in pre.unreachable.items():
+            print(f"UNREACHABLE {h}: {why} (counted out of service, not upgraded)", file=err)
         if req.check:
             plan = _plan(record, pre, hook, tier)
             if req.output == "json":
                 out.write(json.dumps(plan, indent=2, default=str) + "\n")
             else:
                 out.write(plan_text(plan) + "\n")
-            return EXIT_OK
-        if pre.unreachable:
-            for h, why in pre.unreachable.items():
-                print(f"UNREACHABLE {h}: {why} (counted out of service, not upgraded)", file=err)
+            # as the run itself would: a host that could not be read is not planned (exit 1)
+            return EXIT_FAILED if pre.unreachable else EXIT_OK
         if not req.resume:
             store = StateStore.create(record, req.state_dir)
         print(f"run {record.run_id}: state in {store.path}", file=err)

@@ -20,12 +20,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from deployer import status
 from deployer.connection import CommandResult, Connection, LocalConnection
+from deployer.driver_record import DriverRecord, write_command
 from deployer.errors import HostUnreachable
 from deployer.executor import Executor
 from deployer.modules.reboot import REBOOT_COMMAND
@@ -151,31 +152,63 @@ class Rollout:
         return rec
 
     def _run_batch(self, index: int, batch: list[str]) -> bool:
-        """Run one batch to its end; False when the run must stop."""
+        """Run one batch to its end; False when the run must stop.
+
+        The batch's hosts are driven in parallel as --max-unavailable allows; the limits are
+        judged again every time a host finishes (``batching.next_hosts``), so a place freed by a
+        host that came back goes to the next pending host of the batch at once, and a limit is
+        only a stop when no host of the run is still being driven to free a place."""
         rec = self.record
-        while True:
-            in_progress = [h for h in batch if rec.hosts[h].state not in TERMINAL | {"pending"}]
-            fresh = [h for h in batch if rec.hosts[h].state == "pending"]
-            if not in_progress and not fresh:
-                break
-            step = batching.next_hosts(
-                in_progress,
-                fresh,
-                out_of_service=rec.out_of_service(),
-                max_unavailable=rec.options["max_unavailable_hosts"],
-                failures=len(rec.failures()),
-                max_failures=rec.options["max_failures"],
-            )
-            if step.start:
-                self.view.message(f"batch {index + 1}/{len(rec.batches)}: {', '.join(step.start)}")
-                self._run_hosts(step.start)
-            if rec.status == "interrupted":
-                return False
-            if step.stop_reason and not [
-                h for h in batch if rec.hosts[h].state not in TERMINAL | {"pending"}
-            ]:
-                self._stopped(step.stop_reason)
-                return False
+        running: dict[str, Future[None]] = {}
+        with ThreadPoolExecutor(max_workers=max(1, len(batch))) as pool:
+            try:
+                while True:
+                    if rec.status != "interrupted":
+                        interrupted = [
+                            h
+                            for h in batch
+                            if h not in running and rec.hosts[h].state not in TERMINAL | {"pending"}
+                        ]
+                        fresh = [
+                            h for h in batch if h not in running and rec.hosts[h].state == "pending"
+                        ]
+                        step = batching.next_hosts(
+                            interrupted,
+                            fresh,
+                            running=running,
+                            out_of_service=rec.out_of_service(),
+                            max_unavailable=rec.options["max_unavailable_hosts"],
+                            failures=len(rec.failures()),
+                            max_failures=rec.options["max_failures"],
+                        )
+                        if step.start:
+                            self.view.message(
+                                f"batch {index + 1}/{len(rec.batches)}: {', '.join(step.start)}"
+                            )
+                        for h in step.start:
+                            if rec.hosts[h].state == "pending":
+                                # out of service in the state file before its thread runs
+                                self._enter(h, "draining")
+                            running[h] = pool.submit(self._drive, h)
+                        if step.stop_reason and not running:
+                            self._stopped(step.stop_reason)
+                            return False
+                    if not running:
+                        break
+                    finished, _ = wait(running.values(), timeout=0.2, return_when=FIRST_COMPLETED)
+                    for h, f in list(running.items()):
+                        if f in finished:
+                            del running[h]
+                            f.result()
+            except KeyboardInterrupt:
+                self._stop.set()
+                rec.status = "interrupted"
+                rec.stop_reason = "interrupted (Ctrl-C): continue with --resume"
+                for f in running.values():
+                    f.exception()
+                raise
+        if rec.status == "interrupted":
+            return False
         failed = [h for h in batch if rec.hosts[h].state == FAILED]
         if index == 0 and rec.options.get("canary") and failed:
             self._stopped(f"the canary failed ({', '.join(failed)}): no further batch is started")
@@ -192,22 +225,6 @@ class Rollout:
         self.record.status, self.record.stop_reason = "stopped", reason
         self.view.message(f"stopped: {reason}")
         self.store.save(self.record)
-
-    def _run_hosts(self, hosts: list[str]) -> None:
-        with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-            futures = [pool.submit(self._drive, h) for h in hosts]
-            try:
-                for f in futures:
-                    while not f.done():
-                        time.sleep(0.2)
-                    f.result()
-            except KeyboardInterrupt:
-                self._stop.set()
-                self.record.status = "interrupted"
-                self.record.stop_reason = "interrupted (Ctrl-C): continue with --resume"
-                for f in futures:
-                    f.exception()
-                raise
 
     # ------------------------------------------------------------------ one host
     def _drive(self, host: str) -> None:
@@ -480,6 +497,21 @@ class Rollout:
         self.store.save(self.record)
         if problems:
             raise StepFailed("validation failed: " + "; ".join(problems))
+
+    def _step_recording(self, host: str) -> None:
+        """The validated target written on the host (``deployer.driver_record``): the next
+        ``up`` keeps this driver while the inventory still says what it said at the start."""
+        target = self.record.target
+        record = DriverRecord(
+            version=target["version"],
+            branch=target["branch"],
+            run_id=self.record.run_id,
+            finished=time.time(),
+            inventory=dict(self.record.hosts[host].inventory_driver),
+        )
+        result = self._run_on(host, write_command(record), timeout=60)
+        if result.rc != 0:
+            raise StepFailed(f"recording the driver on the host failed: {_tail(result)}")
 
     def _step_undraining(self, host: str) -> None:
         rec = self.record.hosts[host]

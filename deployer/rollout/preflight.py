@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployer import compat
+from deployer import compat, driver_record
 from deployer import preflight as engine_preflight
 from deployer.errors import InputError, PlanRefused
 from deployer.facts import HostFacts
@@ -52,6 +52,8 @@ class HostTarget:
     after: dict[str, Any]
     up_to_date: bool
     mismatches: list[str] = field(default_factory=list)  # why it is not up to date
+    # the driver variables the inventory gives the host (recorded with the target: driver_record)
+    inventory_driver: dict[str, Any] = field(default_factory=dict)
 
     @property
     def gpu_count(self) -> int:
@@ -133,16 +135,12 @@ def rendered_vars(session: DeploySession, host: str, facts: HostFacts) -> dict[s
     return out
 
 
-def load_session(
-    inventory: Any, limit: str | None, extra_vars: list[str], target: compat.DriverTarget
-) -> DeploySession:
-    """The selected GPU hosts with the target's variables, role defaults included; templates
-    checked before any connection."""
+def load_session(inventory: Any, limit: str | None, extra_vars: list[str]) -> DeploySession:
+    """The selected GPU hosts with the inventory's variables (the target is applied to each
+    host's plan, ``HostPlan.retarget``, so that what the inventory says is still known),
+    role defaults included; templates checked before any connection."""
     session = DeploySession.load(
-        RunOptions(
-            inventory=inventory, limit=limit, extra_vars=[*extra_vars, *target_vars(target)]
-        ),
-        plan=False,
+        RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars)), plan=False
     )
     gpu = engine_preflight.gpu_hosts(session.inventory, session.hosts)
     if not gpu:
@@ -158,7 +156,7 @@ def load_session(
 
 def run_preflight(inventory: Any, limit: str | None, extra_vars: list[str], to: str) -> Preflight:
     target = compat.resolve_target(to)
-    session = load_session(inventory, limit, extra_vars, target)
+    session = load_session(inventory, limit, extra_vars)
     session.gather_facts(list(session.hosts))
     refusals: list[compat.Refusal] = []
     hosts: dict[str, HostTarget] = {}
@@ -194,5 +192,6 @@ def run_preflight(inventory: Any, limit: str | None, extra_vars: list[str], to: 
             after=versions_after(resolved),
             up_to_date=not mismatches and f.driver_loaded == resolved.driver_version,
             mismatches=mismatches,
+            inventory_driver=driver_record.inventory_driver(session.host_variables(h)),
         )
     return Preflight(target, session, hosts, refusals, dict(session.unreachable))

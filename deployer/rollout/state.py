@@ -44,6 +44,7 @@ STEPS = (
     "rebooting",  # reboot (or module reload) into the new kernel module
     "starting",  # the GPU roles converged again: services up on the new driver
     "validating",  # loaded == target, every GPU seen, dcgmi health/diag, exporter, Prometheus
+    "recording",  # the target written on the host, where `up` and `check` read it
     "undraining",  # the drain hook's resume (only when the run drained the host)
     "unsilencing",  # the silences expired
     "done",
@@ -53,7 +54,7 @@ SKIPPED = "skipped"
 TERMINAL = frozenset({"done", FAILED, SKIPPED})
 # Steps during which the host is out of service (counted against --max-unavailable): from the
 # drain until the scheduler has it back.
-OUT_OF_SERVICE = frozenset(STEPS[1:10])
+OUT_OF_SERVICE = frozenset(STEPS[STEPS.index("draining") : STEPS.index("unsilencing")])
 
 
 def next_step(step: str) -> str:
@@ -91,6 +92,8 @@ class HostRecord:
     silence_ids: list[str] = field(default_factory=list)
     silence_peer: str | None = None
     before: dict[str, Any] = field(default_factory=dict)  # versions seen at preflight
+    # the driver variables the inventory gave the host when the run started (driver_record)
+    inventory_driver: dict[str, Any] = field(default_factory=dict)
     after: dict[str, Any] = field(default_factory=dict)  # versions the target resolves to
     history: list[list[Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -13,7 +13,14 @@ The module converges the GPU hosts at driver 580.65.06 and the monitoring tier f
   finished host is upgraded twice; every host's silences were created before its services
   stopped and expired after its validation; nvidia-smi and both Prometheus replicas see the target;
 - an upgrade across the CUDA 12 / 13 boundary (535 -> 580 on the A100 host) switches the DCGM
-  package variant.
+  package variant;
+- with an inventory that pins the old driver: a run killed inside a batch wider than
+  --max-unavailable (1 of 2) is finished by one ``--resume`` (never more than 1 host out of
+  service, no host upgraded twice); the plain ``up`` after it keeps every upgraded driver and
+  exits 0, and ``up -e nvidia_driver_version=...`` on a live host is refused with nothing
+  touched.
+
+``up`` runs that change a loaded driver on purpose (the baselines) say ``--out-of-service``.
 
 Set ``GPUMON_ROLLOUT_LAB=<name>`` to run against another lab that is already up (development).
 """
@@ -149,7 +156,7 @@ def baseline(ulab, inventory, webhook):
     inv = str(ulab.inventory_path)
     proc = gpumon(
         "up", "-i", inv, "--limit", "gpu", "-e", f"nvidia_driver_version={BASELINE}",
-        "-e", "nvidia_driver_reboot=if_required",
+        "-e", "nvidia_driver_reboot=if_required", "--out-of-service",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     sh(ulab, "mon01", f"rm -rf {MARKERS}")
@@ -364,7 +371,7 @@ def test_an_upgrade_across_cuda_12_and_13_switches_the_dcgm_variant(ulab, baseli
     # the roles replace the held packages of the other branch themselves.
     proc = gpumon(
         "up", "-i", baseline, "--limit", "gpu03", "-e", "nvidia_driver_version=535.54.03",
-        "-e", "nvidia_driver_reboot=if_required",
+        "-e", "nvidia_driver_reboot=if_required", "--out-of-service",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert loaded(ulab, "gpu03") == "535.54.03"
@@ -382,3 +389,120 @@ def test_an_upgrade_across_cuda_12_and_13_switches_the_dcgm_variant(ulab, baseli
     assert (
         "datacenter-gpu-manager-4-cuda13" in pkgs and "datacenter-gpu-manager-4-cuda12" not in pkgs
     )
+
+
+# ---- a batch wider than --max-unavailable, killed and resumed; `up` after the rollout ------------
+
+TARGET = "580.126.20"
+ROLLED = ("gpu01", "gpu02", "gpu03")
+RECORD = "/var/lib/gpumon/nvidia-driver.json"
+
+
+@pytest.fixture(scope="module")
+def pinned(ulab, tmp_path_factory) -> str:
+    """The lab's inventory with the GPU hosts' driver pinned to the baseline, as a site pins it."""
+    data = yaml.safe_load(ulab.inventory_path.read_text())
+    data["all"]["children"]["gpu"]["vars"] = {"nvidia_driver_version": BASELINE}
+    path = tmp_path_factory.mktemp("pinned") / "inventory.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def host_state(lab: Lab, host: str) -> str:
+    """What a driver change would touch: the package database and apt's configuration."""
+    return sh(lab, host, "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'; "
+              "find /etc/apt -type f -exec sha256sum {} + | sort; "
+              "cat /proc/driver/nvidia/version 2>/dev/null")  # fmt: skip
+
+
+def test_a_kill_in_a_batch_wider_than_max_unavailable_is_finished_by_one_resume(
+    ulab, baseline, pinned, tmp_path
+):
+    proc = gpumon(
+        "up", "-i", pinned, "--limit", "gpu:!gpu04", "--out-of-service",
+        "-e", "nvidia_driver_reboot=if_required",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for h in ROLLED:
+        assert loaded(ulab, h) == BASELINE
+        assert ulab.ssh(h, f"test -e {RECORD}").returncode == 1  # another driver's: removed
+    sh(ulab, "mon01", f"rm -rf {MARKERS}")
+
+    env = {"GPUMON_ROLLOUT_STATE_DIR": str(tmp_path / "runs")}
+    (tmp_path / "runs").mkdir()
+    sampler = Sampler(tmp_path / "runs")
+    sampler.start()
+    args = (
+        "upgrade-driver", "-i", pinned, "--to", TARGET, "--limit", "gpu:!gpu04",
+        "--canary", "1", "--batch-size", "2", "--max-unavailable", "1", *DRAIN_ARGS,
+    )  # fmt: skip
+    first = subprocess.Popen(
+        [*CLI, *args], env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    killed_at = None
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and first.poll() is None:
+        hosts = sampler.latest.get("hosts", {})
+        states = [hosts.get(h, {}).get("state") for h in ("gpu02", "gpu03")]
+        if hosts.get("gpu01", {}).get("state") == "done" and any(s in IN_FLIGHT for s in states):
+            first.send_signal(signal.SIGKILL)
+            killed_at = {h: r["state"] for h, r in hosts.items()}
+            break
+        time.sleep(0.2)
+    first.wait(60)
+    assert killed_at is not None, f"the run ended before it could be killed: {first.returncode}"
+    # one host of the second batch in flight, the other not started (max-unavailable 1)
+    assert sorted(killed_at[h] in IN_FLIGHT for h in ("gpu02", "gpu03")) == [False, True]
+    assert "pending" in (killed_at["gpu02"], killed_at["gpu03"]), killed_at
+    run = next((tmp_path / "runs").iterdir())
+    boot_gpu01 = sh(ulab, "gpu01", "cat /proc/sys/kernel/random/boot_id")
+
+    proc = gpumon("upgrade-driver", "-i", pinned, "--resume", run.name, "--output", "json", env=env)
+    sampler.done.set()
+    sampler.join(5)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout)
+    assert report["status"] == "finished", report["stop_reason"]
+    hosts = report["hosts"]
+    assert {h: hosts[h]["state"] for h in ROLLED} == dict.fromkeys(ROLLED, "done")
+    assert sampler.samples > 20 and sampler.torn == 0
+    assert sampler.most == 1  # never more than --max-unavailable out of service
+    for h in ROLLED:
+        steps = [s for s, _ in hosts[h]["history"]]
+        assert steps.count("installing") == 1 and steps.count("draining") == 1, (h, steps)
+        assert loaded(ulab, h) == TARGET
+        record = json.loads(sh(ulab, h, f"cat {RECORD}"))
+        assert (record["version"], record["run_id"]) == (TARGET, run.name)
+        assert record["inventory"] == {"version": BASELINE, "branch": None}
+    assert sh(ulab, "gpu01", "cat /proc/sys/kernel/random/boot_id") == boot_gpu01
+
+
+def test_up_after_the_rollout_keeps_every_upgraded_driver_and_exits_0(ulab, baseline, pinned):
+    assert {h: loaded(ulab, h) for h in ROLLED} == dict.fromkeys(ROLLED, TARGET)  # the rollout's
+    before = {h: host_state(ulab, h) for h in ROLLED}
+    proc = gpumon("up", "-i", pinned, "--limit", "gpu:!gpu04", "--output", "json")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout)
+    for h in ROLLED:
+        assert f"NOTE {h}: keeps driver {TARGET} from upgrade-driver run" in proc.stderr
+        changed = [t["task"] for t in report["hosts"][h]["tasks"]
+                   if t["role"] == "nvidia_driver" and t["status"] != "ok"]  # fmt: skip
+        assert changed == [], (h, changed)
+    assert {h: host_state(ulab, h) for h in ROLLED} == before
+    proc = gpumon("check", "-i", pinned, "--limit", "gpu:!gpu04")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"NOTE gpu03: keeps driver {TARGET}" in proc.stderr
+
+
+def test_up_with_another_driver_on_a_live_host_is_refused_with_nothing_touched(
+    ulab, baseline, pinned
+):
+    before = host_state(ulab, "gpu03")
+    proc = gpumon("up", "-i", pinned, "--limit", "gpu03", "-e", "nvidia_driver_version=595.45.04")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"gpu03: driver {TARGET} is loaded" in proc.stderr
+    assert "would install driver 595.45.04" in proc.stderr
+    assert "upgrade-driver --to 595.45.04 --limit gpu03" in proc.stderr
+    assert host_state(ulab, "gpu03") == before
+    smi = sh(ulab, "gpu03", "nvidia-smi --query-gpu=driver_version --format=csv,noheader")
+    assert set(smi.split()) == {TARGET}  # NVML works: no library under the loaded module changed

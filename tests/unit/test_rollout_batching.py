@@ -1,12 +1,12 @@
 """Batch arithmetic: canary then batches, N or P% amounts, and when --max-unavailable and
---max-failures let the next host start."""
+--max-failures let the next host start, make it wait, or stop the run."""
 
 from __future__ import annotations
 
 import pytest
 
 from deployer.errors import InputError
-from deployer.rollout.batching import Amount, next_hosts, plan_batches, room
+from deployer.rollout.batching import Amount, Step, next_hosts, plan_batches, room
 
 H = ["h1", "h2", "h3", "h4", "h5"]
 
@@ -54,28 +54,37 @@ def test_room(limit, down, free):
 
 
 @pytest.mark.parametrize(
-    ("in_progress", "fresh", "down", "max_unavailable", "failures", "start", "stopped"),
+    ("interrupted", "fresh", "running", "down", "max_unavailable", "failures", "start", "stopped"),
     [
         # a fresh batch of 2 with room for 2
-        ([], ["a", "b"], [], 2, 0, ["a", "b"], False),
+        ([], ["a", "b"], [], [], 2, 0, ["a", "b"], False),
         # a host drained before the run takes one place
-        ([], ["a", "b"], ["x"], 2, 0, ["a"], False),
-        # no room at all: nothing starts, and the run says why
-        ([], ["a", "b"], ["x", "y"], 2, 0, [], True),
+        ([], ["a", "b"], [], ["x"], 2, 0, ["a"], False),
+        # no room and nothing of the run being driven: nothing starts, and the run says why
+        ([], ["a", "b"], [], ["x", "y"], 2, 0, [], True),
         # interrupted hosts always continue (they are out of service already)
-        (["a"], ["b", "c"], ["a"], 2, 0, ["a", "b"], False),
-        (["a", "b"], ["c"], ["a", "b"], 2, 0, ["a", "b"], True),
-        # max failures reached: interrupted hosts finish, no fresh one starts
-        (["a"], ["b"], ["a", "f"], 5, 1, ["a"], True),
-        ([], ["b"], ["f"], 5, 1, [], True),
+        (["a"], ["b", "c"], [], ["a"], 2, 0, ["a", "b"], False),
+        # the places are held by hosts being driven: wait for one to come back, do not stop
+        (["a", "b"], ["c"], [], ["a", "b"], 2, 0, ["a", "b"], False),
+        (["a"], ["b"], [], ["a"], 1, 0, ["a"], False),
+        ([], ["b"], ["a"], ["a"], 1, 0, [], False),
+        # a host just started counts before its state file says so
+        ([], ["b"], ["a"], [], 1, 0, [], False),
+        # the running host came back: its place goes to the next one
+        ([], ["b"], [], [], 1, 0, ["b"], False),
+        # max failures reached: running and interrupted hosts finish, no fresh one starts
+        (["a"], ["b"], [], ["a", "f"], 5, 1, ["a"], False),
+        ([], ["b"], ["a"], ["a", "f"], 5, 1, [], False),
+        ([], ["b"], [], ["f"], 5, 1, [], True),
         # failures below the limit do not stop
-        ([], ["b"], ["f"], 5, 1 - 1, ["b"], False),
+        ([], ["b"], [], ["f"], 5, 1 - 1, ["b"], False),
     ],
 )
-def test_next_hosts(in_progress, fresh, down, max_unavailable, failures, start, stopped):
+def test_next_hosts(interrupted, fresh, running, down, max_unavailable, failures, start, stopped):
     step = next_hosts(
-        in_progress,
+        interrupted,
         fresh,
+        running=running,
         out_of_service=down,
         max_unavailable=max_unavailable,
         failures=failures,
@@ -83,6 +92,17 @@ def test_next_hosts(in_progress, fresh, down, max_unavailable, failures, start, 
     )
     assert step.start == start
     assert (step.stop_reason is not None) is stopped
+
+
+def test_a_limit_held_by_a_resumed_host_is_a_wait_not_a_stop():
+    # Killed with one host installing and one pending, --max-unavailable 1: the resumed host
+    # takes the one place; the pending host waits for it instead of stopping the run.
+    step = next_hosts(
+        ["g2"], ["g3"], out_of_service=["g2"], max_unavailable=1, failures=0, max_failures=1
+    )
+    assert step == Step(["g2"])
+    step = next_hosts([], ["g3"], out_of_service=[], max_unavailable=1, failures=0, max_failures=1)
+    assert step == Step(["g3"])
 
 
 def test_the_stop_reason_names_the_limit_and_the_hosts():

@@ -41,6 +41,8 @@ class Recorded(Rollout):
         self.fail: dict[str, str] = {}
         self.lose: dict[str, str] = {}
         self.saved_states: list[dict[str, str]] = []
+        self.saved_records: list[dict] = []
+        self.slow: dict[str, float] = {}
         self.running: set[str] = set()
         self.most_running = 0
         self._calls_lock = threading.Lock()
@@ -48,7 +50,9 @@ class Recorded(Rollout):
 
         def save(rec: RunRecord) -> None:
             original(rec)
-            self.saved_states.append({h: r.state for h, r in rec.hosts.items()})
+            with self._calls_lock:
+                self.saved_states.append({h: r.state for h, r in rec.hosts.items()})
+                self.saved_records.append(rec.to_json())
 
         self.store.save = save  # type: ignore[method-assign]
         for step in WORK_STEPS:
@@ -60,7 +64,7 @@ class Recorded(Rollout):
                 self.calls.append((host, step))
                 self.running.add(host)
                 self.most_running = max(self.most_running, len(self.running))
-            time.sleep(0.002)
+            time.sleep(self.slow.get(host, 0.002) if step == "installing" else 0.002)
             if self.lose.get(host) == step:
                 raise HostUnreachable(f"{host}: connection lost")
             if self.fail.get(host) == step:
@@ -217,3 +221,50 @@ def test_hosts_in_a_final_state_are_left_alone(tmp_path, state):
     r.run()
     assert steps_of(r, "g1") == []
     assert r.record.hosts["g2"].state == "done"
+
+
+def test_resume_with_max_unavailable_below_the_batch_finishes_the_batch_in_one_go(tmp_path):
+    # Killed with g1 done, g2 installing and g3 pending, --max-unavailable 1 and a batch of 2:
+    # the resumed g2 holds the one place; once it is back, g3 takes it (it used to stop the run
+    # with "--max-unavailable 1 reached", judged before g2 had come back).
+    r = make(
+        tmp_path,
+        [["g1"], ["g2", "g3"]],
+        max_unavailable=1,
+        states={"g1": "done", "g2": "installing", "g3": "pending"},
+    )
+    rec = r.run()
+    assert rec.status == "finished" and rec.stop_reason is None
+    assert {h: x.state for h, x in rec.hosts.items()} == {"g1": "done", "g2": "done", "g3": "done"}
+    assert r.most_running == 1
+    assert r.calls.index(("g2", "unsilencing")) < r.calls.index(("g3", "draining"))
+    assert max(len(RunRecord.from_json(s).out_of_service()) for s in r.saved_records) <= 1
+
+
+def test_a_place_freed_in_a_batch_goes_to_the_next_host_without_waiting_for_the_others(tmp_path):
+    r = make(tmp_path, [["g1", "g2", "g3"]], max_unavailable=2, canary=0)
+    r.slow = {"g1": 0.3}  # g2 comes back long before g1
+    rec = r.run()
+    assert rec.status == "finished"
+    assert r.most_running == 2
+    assert r.calls.index(("g3", "draining")) < r.calls.index(("g1", "unsilencing"))
+    assert max(len(RunRecord.from_json(s).out_of_service()) for s in r.saved_records) <= 2
+
+
+def test_a_failure_within_the_batch_lets_the_running_hosts_finish_then_stops(tmp_path):
+    r = make(tmp_path, [["g1", "g2", "g3"]], max_unavailable=2, canary=0, max_failures=1)
+    r.fail = {"g1": "installing"}
+    r.slow = {"g2": 0.2}
+    rec = r.run()
+    assert rec.status == "stopped" and "--max-failures 1" in rec.stop_reason
+    assert rec.hosts["g2"].state == "done"  # already running: finished
+    assert rec.hosts["g3"].state == "pending" and steps_of(r, "g3") == []
+
+
+def test_a_limit_held_by_hosts_nothing_brings_back_still_stops_the_run(tmp_path):
+    r = make(tmp_path, [["g1", "g2"]], max_unavailable=1, canary=0, max_failures=5)
+    r.fail = {"g1": "rebooting"}  # failed after draining: left out of service
+    rec = r.run()
+    assert rec.status == "stopped"
+    assert "--max-unavailable 1 reached" in rec.stop_reason and "g1" in rec.stop_reason
+    assert steps_of(r, "g2") == []

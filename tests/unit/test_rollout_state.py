@@ -28,7 +28,7 @@ def record(**hosts: str) -> RunRecord:
 def test_steps_follow_the_order_of_the_issue():
     assert st.STEPS == (
         "pending", "draining", "waiting_jobs", "silencing", "stopping", "installing",
-        "rebooting", "starting", "validating", "undraining", "unsilencing", "done",
+        "rebooting", "starting", "validating", "recording", "undraining", "unsilencing", "done",
     )  # fmt: skip
     assert st.next_step("silencing") == "stopping"
     with pytest.raises(ValueError):
@@ -42,6 +42,7 @@ def test_steps_follow_the_order_of_the_issue():
         ("draining", None, True),
         ("installing", None, True),
         ("validating", None, True),
+        ("recording", None, True),
         ("undraining", None, True),  # out until the scheduler has it back
         ("unsilencing", None, False),
         ("done", None, False),

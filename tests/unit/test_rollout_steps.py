@@ -1,14 +1,17 @@
 """Single steps of the rollout against scripted hosts: drain remembers a node drained before the
 run (and never resumes it), the GPU-job wait is bounded, silences are not duplicated when a step
-is repeated, and the reboot step reboots only when the loaded module is not the target."""
+is repeated, the reboot step reboots only when the loaded module is not the target, and the
+validated target is recorded on the host."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from types import SimpleNamespace
 
 import pytest
 
+from deployer import driver_record
 from deployer.connection import ScriptedConnection
 from deployer.rollout import monitoring
 from deployer.rollout.controller import Rollout, Settings, StepFailed
@@ -164,3 +167,26 @@ def test_reboot_always_does_not_reboot_twice_when_resumed_after_the_reboot(tmp_p
     r.record.hosts["g1"].notes.append("boot before reboot: boot-1")
     r._step_rebooting("g1")
     assert not any("systemctl reboot" in c for c in host.commands)
+
+
+def test_recording_writes_the_validated_target_and_what_the_inventory_said(tmp_path):
+    host = ScriptedConnection()
+    r = rollout(tmp_path, host_conn=host)
+    r.record.hosts["g1"].inventory_driver = {"version": "570.133.20", "branch": None}
+    r._step_recording("g1")
+    (command,) = host.commands
+    # the command itself, run by a real shell into a scratch directory, leaves a readable record
+    scratch = tmp_path / "host"
+    subprocess.run(["bash", "-c", command.replace("/var/lib/gpumon", str(scratch))], check=True)
+    record = driver_record.parse((scratch / "nvidia-driver.json").read_text())
+    assert record is not None
+    assert (record.version, record.branch, record.run_id) == ("580.126.20", "580", "R1")
+    assert record.inventory == {"version": "570.133.20", "branch": None}
+    assert record.describes({"nvidia_driver_version": "570.133.20"})
+    assert not list(scratch.glob("*.tmp"))
+
+
+def test_a_record_that_cannot_be_written_fails_the_host(tmp_path):
+    host = ScriptedConnection(default=(1, "", "mkdir: cannot create directory: Read-only"))
+    with pytest.raises(StepFailed, match="recording the driver on the host failed: mkdir"):
+        rollout(tmp_path, host_conn=host)._step_recording("g1")

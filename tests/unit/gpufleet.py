@@ -1,0 +1,118 @@
+"""A scripted fleet of GPU hosts for command-level unit tests: the session's connections and
+facts replaced, everything else (inventory, site, roles, plan, preflight, CLI) real.
+
+``FakeFleet.install(monkeypatch)`` makes ``DeploySession`` open a ``ScriptedConnection`` per host
+(recording every command) and read the facts the test set; a host in ``refused`` fails to
+connect as a changed host key does. Nothing here reaches a network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from deployer import session as session_module
+from deployer.connection import ScriptedConnection
+from deployer.errors import HostKeyRefused
+from deployer.facts import GPU, HostFacts
+from deployer.session import DeploySession
+
+MODEL_NAMES = {
+    "H100": "NVIDIA H100 80GB HBM3",
+    "A100": "NVIDIA A100-SXM4-80GB",
+    "V100": "Tesla V100-SXM2-32GB",
+}
+
+
+def gpu_facts(
+    host: str,
+    *,
+    model: str = "H100",
+    count: int = 8,
+    installed: str | None = "580.65.06",
+    loaded: str | None = "580.65.06",
+) -> HostFacts:
+    """A Debian 12 GPU host's facts: ``count`` GPUs of ``model``, driver installed/loaded."""
+    gpus = [
+        GPU(
+            index=i,
+            uuid=f"GPU-{host}-{i}",
+            name=MODEL_NAMES[model],
+            memory_mib=81559,
+            pci_bus_id=f"00000000:{i + 10:02X}:00.0",
+            mig_mode="Disabled",
+        )
+        for i in range(count if loaded else 0)
+    ]
+    return HostFacts(
+        host=host,
+        os_id="debian",
+        os_family="debian",
+        os_version="12",
+        arch="x86_64",
+        kernel="6.1.0-28-amd64",
+        nvidia_pci_gpus=count,
+        gpus=gpus,
+        nvidia_smi="ok" if loaded else "absent",
+        driver_installed=installed,
+        driver_loaded=loaded,
+        driver_smi=loaded,
+        kernel_module_flavour="open" if loaded else None,
+        packages={"nvidia-open": f"{installed}-1"} if installed else {},
+    )
+
+
+@dataclass
+class FakeFleet:
+    facts: dict[str, HostFacts] = field(default_factory=dict)
+    files: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> path -> content
+    refused: set[str] = field(default_factory=set)
+    conns: dict[str, ScriptedConnection] = field(default_factory=dict)
+
+    def connection(self, host: str) -> ScriptedConnection:
+        if host not in self.conns:
+            conn = ScriptedConnection(name=host)
+            for path, text in self.files.get(host, {}).items():
+                conn.on(path, 0, text)
+            self.conns[host] = conn
+        return self.conns[host]
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeFleet:
+        def open_(session: DeploySession, host: str) -> ScriptedConnection:
+            if host in self.refused:
+                raise HostKeyRefused(f"{host}: host key changed (SHA256:test)")
+            return self.connection(host)
+
+        def gather(conn: ScriptedConnection) -> HostFacts:
+            return self.facts[conn.name]
+
+        monkeypatch.setattr(DeploySession, "_open", open_)
+        monkeypatch.setattr(session_module, "gather", gather)
+        return self
+
+    def commands(self, host: str) -> list[str]:
+        return list(self.conns[host].commands) if host in self.conns else []
+
+
+def write_inventory(tmp_path: Path, hosts: dict[str, dict]) -> Path:
+    """A YAML inventory with ``hosts`` (name -> vars) in group ``gpu``."""
+    import yaml
+
+    inv = tmp_path / "inventory.yml"
+    data = {
+        "all": {
+            "vars": {"nvidia_repo_url": "http://192.0.2.9/nvidia/"},
+            "children": {
+                "gpu": {
+                    "hosts": {
+                        h: {"ansible_host": "192.0.2.1", "gpu_count": 8, **v}
+                        for h, v in hosts.items()
+                    }
+                }
+            },
+        }
+    }
+    inv.write_text(yaml.safe_dump(data))
+    return inv
