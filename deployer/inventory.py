@@ -270,7 +270,7 @@ class Inventory:
 
         def shown(value: Any) -> Any:
             value = _jsonable(value)
-            return mask(value, self.secrets) if mask_secrets else value
+            return mask(value) if mask_secrets else value
 
         def host_entry(h: Host) -> dict[str, Any]:
             return {
