@@ -190,18 +190,44 @@ def _transport_factory(host: str) -> Callable[..., Any]:
     return make
 
 
-def _why_no_session(exc: Exception, transport: Any) -> Exception:
-    """What an SSHException raised before the session was up means, as a typed error. The
-    transport holds the server's banner once it was read (``remote_version``); an unread
-    banner's exception was raised while handling the socket's EOF, reset or timeout."""
-    if transport is not None and not getattr(transport, "remote_version", ""):
-        if isinstance(exc.__context__, EOFError | ConnectionError):
-            return _BannerClosed()
-        if isinstance(exc.__context__, TimeoutError):
-            return _NoBanner(closed=False)
-        if exc.__context__ is None:
-            return _NotSSH(str(exc))
-    return exc
+class _ReadCounter:
+    """The socket paramiko reads, counting what the server sent: a port that answered anything
+    but an SSH banner is another service (an HTTP port sends an error page and closes), one that
+    sent nothing before closing is an sshd turning the connection away."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.received = 0
+
+    def recv(self, size: int) -> bytes:
+        data = self._sock.recv(size)
+        self.received += len(data)
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def _why_no_session(exc: Exception, transport: Any, received: int) -> Exception:
+    """What an SSHException raised before the session was up means, as a typed error.
+
+    The transport holds the server's banner once it was read (``remote_version``). Without one,
+    the server sent something else (``received``), or closed the connection (the transport
+    thread's exception was raised handling the socket's EOF or reset), or sent nothing for the
+    banner timeout; paramiko's own exception then depends on which of its timeouts fired first
+    ("Error reading SSH protocol banner", "No existing session"), so it is not what decides.
+    """
+    if transport is None or getattr(transport, "remote_version", ""):
+        return exc
+    if received:
+        return _NotSSH(str(exc))
+    causes = (
+        exc.__context__,
+        getattr(getattr(transport, "saved_exception", None), "__context__", None),
+    )
+    if any(isinstance(cause, EOFError | ConnectionError) for cause in causes):
+        return _BannerClosed()
+    return _NoBanner(closed=False)
 
 
 class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
@@ -295,8 +321,9 @@ class SSHConnection:
                 client.set_missing_host_key_policy(_AcceptNewPolicy(known, _KNOWN_HOSTS_LOCK))
             else:
                 client.set_missing_host_key_policy(_RejectUnknownPolicy())
-            sock = socket.create_connection((t.address, t.port), timeout=CONNECT_TIMEOUT)
-            _tune_socket(sock)
+            raw = socket.create_connection((t.address, t.port), timeout=CONNECT_TIMEOUT)
+            _tune_socket(raw)
+            sock = _ReadCounter(raw)
             try:
                 client.connect(
                     t.address,
@@ -317,7 +344,7 @@ class SSHConnection:
             except paramiko.SSHException as exc:
                 transport = client.get_transport()
                 client.close()
-                why = _why_no_session(exc, transport)
+                why = _why_no_session(exc, transport, sock.received)
                 if why is exc:
                     raise
                 raise why from exc
@@ -361,8 +388,8 @@ class SSHConnection:
             ) from exc
         except _NotSSH as exc:
             raise HostUnreachable(
-                f"{t.name}: {where} does not speak SSH (it answered with something other than "
-                "an SSH banner: wrong port?)"
+                f"{t.name}: {where} does not speak SSH: it answered with something other than "
+                "an SSH banner (another service on this port?)"
             ) from exc
         except paramiko.AuthenticationException as exc:
             how = (

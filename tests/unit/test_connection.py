@@ -36,7 +36,8 @@ def closed_port() -> int:
 
 class Listener:
     """A loopback TCP server that accepts and then, per ``behaviour``: stays silent ("silent"),
-    closes at once ("close"), or sends lines that are not an SSH banner ("junk")."""
+    closes at once ("close"), answers like an HTTP server and closes ("http"), or sends lines
+    that are not an SSH banner and stays ("junk")."""
 
     def __init__(self, behaviour: str) -> None:
         self.behaviour = behaviour
@@ -57,6 +58,9 @@ class Listener:
                 return
             self.accepted += 1
             if self.behaviour == "close":
+                conn.close()
+            elif self.behaviour == "http":
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
                 conn.close()
             elif self.behaviour == "junk":
                 conn.sendall(b"HTTP/1.1 400 Bad Request\r\n" * 120)
@@ -90,8 +94,10 @@ def quick(monkeypatch) -> None:
 
 
 def keygen(path: Path, kind: str = "ed25519") -> Path:
+    bits = ["-b", "1024"] if kind == "rsa" else []  # small: only its fingerprint is used
     subprocess.run(
-        ["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", "test", "-f", str(path)], check=True
+        ["ssh-keygen", "-q", "-t", kind, *bits, "-N", "", "-C", "test", "-f", str(path)],
+        check=True,
     )
     return path
 
@@ -239,11 +245,15 @@ def test_a_host_that_closes_before_the_banner_is_retried_then_named(listener, qu
     assert "Traceback" not in capfd.readouterr().err
 
 
-def test_a_port_that_answers_something_else_is_named_not_ssh(listener, quick, capfd):
-    junk = listener("junk")
+@pytest.mark.parametrize("behaviour", ["http", "junk"])
+def test_a_port_that_answers_something_else_is_named_not_ssh_once(
+    listener, quick, capfd, behaviour
+):
+    other = listener(behaviour)
     with pytest.raises(HostUnreachable) as exc:
-        SSHConnection(SSHTarget(name="gpu09", address="127.0.0.1", port=junk.port))
+        SSHConnection(SSHTarget(name="gpu09", address="127.0.0.1", port=other.port))
     assert "gpu09: " in str(exc.value) and "does not speak SSH" in str(exc.value)
+    assert other.accepted == 1  # another service answers the same way every time
     assert "Traceback" not in capfd.readouterr().err
 
 
