@@ -157,3 +157,11 @@ def test_an_unexpected_error_shows_its_traceback_masked(monkeypatch, capsys, tmp
     assert code == 1
     assert "Traceback" in err and "RuntimeError: boom" in err
     assert SMTP not in err
+
+
+def test_an_unquoted_password_with_a_space_is_not_repeated_in_the_host_line_error(tmp_path):
+    (tmp_path / "hosts.ini").write_text(f"[g]\nh1 ansible_password={SMTP} rest-of-it x=1\n")
+    result = invoke("inventory", "-i", str(tmp_path / "hosts.ini"))
+    assert result.exit_code == 2, result.output
+    assert "hosts.ini:2" in result.output and "quote a value with spaces" in result.output
+    assert SMTP not in result.output and "rest-of-it" not in result.output
