@@ -354,3 +354,40 @@ def test_deepops_inventory_masks_its_passwords_and_nothing_else() -> None:
     assert shown["users"][0]["username"] == raw["users"][0]["username"] == "nvidia"
     masked = sorted(k for k, v in shown.items() if v == MASK)
     assert masked == ["ansible_password", "slurm_db_password", "slurm_password"]
+
+
+def test_a_failed_commands_output_in_a_task_error_is_masked(tmp_path) -> None:
+    """Command output shown in a failure: a token printed by name, a URL's password, and a value
+    registered as secret, through the real executor and a local connection."""
+    from deployer.connection import LocalConnection
+    from deployer.executor import Executor
+    from deployer.plan import Planner
+    from deployer.roles import Play
+    from deployer.secrets import register_secret
+
+    register_secret("Zk9-registered-s3cret")
+    tasks = tmp_path / "roles" / "leaky" / "tasks"
+    tasks.mkdir(parents=True)
+    (tasks / "main.yml").write_text(
+        "- name: leak\n  command:\n    cmd: >-\n"
+        "      echo 'auth_token=Zk9T0K3N https://u:Zk9pw@h/ Zk9-registered-s3cret' >&2; exit 3\n"
+        "    changed_when: false\n"
+    )
+
+    class OneHost:
+        hosts = {"h1": None}
+        groups = {"all": None}
+
+        def group_hosts(self, group: str) -> list[str]:
+            return ["h1"]
+
+        def resolve_vars(self, host: str, defaults: dict) -> dict:
+            return dict(defaults)
+
+    play = Play(name="leaky", hosts="all", roles=("leaky",))
+    planner = Planner(OneHost(), [tmp_path / "roles"], None)
+    planner.load_roles((play,))
+    report = Executor(LocalConnection).run([planner.plan_host("h1", [play])], (play,))
+    (task,) = report.hosts["h1"].tasks
+    assert task.error and "auth_token=" in task.error
+    assert "Zk9" not in task.error and "Zk9" not in str(report.to_json())
