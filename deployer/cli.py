@@ -2,7 +2,9 @@
 
 Exit status: 0 nothing failed; 1 a host failed or was unreachable; 2 invalid input or a refused
 plan, in which case nothing was changed (no host was contacted, or, for a refusal that needs the
-hosts' facts -- a loaded driver ``up`` would change -- the hosts were only read).
+hosts' facts -- a loaded driver ``up`` would change -- the hosts were only read). Every error it
+prints is masked (deployer/secrets.py); the libraries' logging shows only with -v
+(deployer/library_logs.py).
 """
 
 from __future__ import annotations
@@ -10,14 +12,16 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from deployer import __version__
+from deployer import __version__, library_logs
 from deployer.errors import InputError
+from deployer.secrets import mask_text
 from deployer.session import DeploySession, RunOptions
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
@@ -42,8 +46,27 @@ def out_of_service_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+def _more_verbose(ctx: click.Context, param: click.Parameter, count: int) -> None:
+    # -v before the command (the group's) resets the level; -v after it adds to it.
+    base = 0 if ctx.parent is None else library_logs.verbosity()
+    library_logs.set_verbosity(base + count)
+
+
+def verbose_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "-v",
+        "--verbose",
+        count=True,
+        expose_value=False,
+        callback=_more_verbose,
+        help="Show the libraries' log (SSH details) on stderr: -v warnings and errors, "
+        "-vv info, -vvv debug.",
+    )(f)
+
+
 def inventory_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """-i, --limit and -e: shared by every command that reads an inventory."""
+    """-i, --limit, -e and -v: shared by every command that reads an inventory."""
+    f = verbose_option(f)
     f = click.option(
         "-e",
         "--extra-vars",
@@ -85,6 +108,7 @@ def input_errors_exit_2(f: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gpumon-deploy")
+@verbose_option
 def cli() -> None:
     """Deploy and operate the monitoring stack of bare-metal GPU clusters."""
 
@@ -383,7 +407,22 @@ def _register_subcommands() -> None:
 
 def main() -> None:
     _register_subcommands()
-    cli(prog_name="gpumon-deploy")
+    library_logs.route_everything()
+    try:
+        code = cli.main(prog_name="gpumon-deploy", standalone_mode=False)
+    except click.ClickException as exc:
+        # A usage error repeats the value it was given.
+        exc.message = mask_text(exc.message)
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(EXIT_FAILED)
+    except Exception:
+        # A bug: its traceback, masked (an exception's message may repeat a value it was given).
+        sys.stderr.write(mask_text(traceback.format_exc()))
+        sys.exit(EXIT_FAILED)
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
 if __name__ == "__main__":

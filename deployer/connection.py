@@ -2,11 +2,16 @@
 
 The engine keeps one SSH connection per host open for the whole run; commands run as channels on
 it. Become is ``sudo -n`` around the command. Host keys are verified against known_hosts unless the
-inventory explicitly opts into accepting new keys.
+inventory explicitly opts into accepting new keys; a refusal names the key by its SHA256
+fingerprint, as ``ssh-keygen -lf`` prints it. A failure to connect is one HostUnreachable saying
+the cause in words; paramiko's own logging is routed away from the terminal
+(deployer/library_logs.py) and shown only with ``-v``.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import shlex
 import socket
@@ -21,9 +26,10 @@ from tenacity import (
     retry,
     retry_if_exception_type,
     stop_after_attempt,
-    wait_exponential,
+    wait_random_exponential,
 )
 
+from deployer import library_logs
 from deployer.errors import HostKeyRefused, HostUnreachable
 
 
@@ -47,6 +53,7 @@ def _import_paramiko() -> Any:
 
 
 paramiko = _import_paramiko()
+library_logs.route("paramiko")
 
 
 class _Transport(paramiko.Transport):
@@ -129,6 +136,100 @@ class SSHTarget:
     host_key_policy: str = "verify"
 
 
+def fingerprint(key: Any) -> str:
+    """A public key's fingerprint as ``ssh-keygen -lf`` prints it: ``SHA256:`` and the base64 of
+    the SHA-256 of the key blob, without padding (openssh-portable sshkey.c, fingerprint_b64)."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
+
+
+class _UnknownHostKey(paramiko.SSHException):
+    """The host offered a key that known_hosts does not hold (and new keys are not accepted)."""
+
+    def __init__(self, hostname: str, key: Any) -> None:
+        super().__init__(f"host key for {hostname} is not in known_hosts")
+        self.key = key
+
+
+class _RejectUnknownPolicy(paramiko.MissingHostKeyPolicy):
+    """paramiko's RejectPolicy, raising an error that carries the offered key."""
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        raise _UnknownHostKey(hostname, key)
+
+
+class _NoBanner(Exception):
+    """The host accepted TCP but sent no SSH protocol banner. ``closed``: it closed the
+    connection (sshd restarting, or refusing connections past MaxStartups: worth a retry);
+    otherwise it stayed silent for the banner timeout (not an SSH server, or sshd hung)."""
+
+    def __init__(self, closed: bool) -> None:
+        super().__init__("closed before the SSH banner" if closed else "no SSH banner")
+        self.closed = closed
+
+
+class _BannerClosed(_NoBanner):
+    def __init__(self) -> None:
+        super().__init__(closed=True)
+
+
+class _NotSSH(Exception):
+    """The host answered with something other than an SSH banner."""
+
+
+def _transport_factory(host: str) -> Callable[..., Any]:
+    """Transports that log on the host's own channel, so a record names its host."""
+
+    def make(sock: Any, **kwargs: Any) -> Any:
+        transport = _Transport(sock, **kwargs)
+        transport.set_log_channel(library_logs.host_channel(host))
+        return transport
+
+    return make
+
+
+class _ReadCounter:
+    """The socket paramiko reads, counting what the server sent: a port that answered anything
+    but an SSH banner is another service (an HTTP port sends an error page and closes), one that
+    sent nothing before closing is an sshd turning the connection away."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.received = 0
+
+    def recv(self, size: int) -> bytes:
+        data = self._sock.recv(size)
+        self.received += len(data)
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def _why_no_session(exc: Exception, transport: Any, received: int) -> Exception:
+    """What an SSHException raised before the session was up means, as a typed error.
+
+    The transport holds the server's banner once it was read (``remote_version``). Without one,
+    the server sent something else (``received``), or closed the connection (the transport
+    thread's exception was raised handling the socket's EOF or reset), or sent nothing for the
+    banner timeout; paramiko's own exception then depends on which of its timeouts fired first
+    ("Error reading SSH protocol banner", "No existing session"), so it is not what decides.
+    """
+    if transport is None or getattr(transport, "remote_version", ""):
+        return exc
+    if received:
+        return _NotSSH(str(exc))
+    causes = (
+        exc.__context__,
+        getattr(getattr(transport, "saved_exception", None), "__context__", None),
+    )
+    if any(isinstance(cause, EOFError | ConnectionError) for cause in causes):
+        return _BannerClosed()
+    return _NoBanner(closed=False)
+
+
 class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
     """Accept and record keys of hosts never seen before; a changed key is still refused."""
 
@@ -180,7 +281,9 @@ _TRANSIENT = (
     ConnectionResetError,
     paramiko.ssh_exception.NoValidConnectionsError,
     EOFError,
+    _BannerClosed,
 )
+CONNECT_ATTEMPTS = 4
 
 
 class SSHConnection:
@@ -202,8 +305,9 @@ class SSHConnection:
 
         @retry(
             retry=retry_if_exception_type(_TRANSIENT),
-            stop=stop_after_attempt(4),
-            wait=wait_exponential(multiplier=0.5, max=4),
+            stop=stop_after_attempt(CONNECT_ATTEMPTS),
+            # Jittered: hosts turned away together (sshd's MaxStartups) come back apart.
+            wait=wait_random_exponential(multiplier=0.5, max=4),
             reraise=True,
         )
         def attempt() -> paramiko.SSHClient:
@@ -216,9 +320,10 @@ class SSHConnection:
             if t.host_key_policy == "accept-new":
                 client.set_missing_host_key_policy(_AcceptNewPolicy(known, _KNOWN_HOSTS_LOCK))
             else:
-                client.set_missing_host_key_policy(paramiko.RejectPolicy())
-            sock = socket.create_connection((t.address, t.port), timeout=CONNECT_TIMEOUT)
-            _tune_socket(sock)
+                client.set_missing_host_key_policy(_RejectUnknownPolicy())
+            raw = socket.create_connection((t.address, t.port), timeout=CONNECT_TIMEOUT)
+            _tune_socket(raw)
+            sock = _ReadCounter(raw)
             try:
                 client.connect(
                     t.address,
@@ -226,13 +331,23 @@ class SSHConnection:
                     username=t.user,
                     key_filename=t.private_key_file,
                     sock=sock,
-                    transport_factory=_Transport,
+                    transport_factory=_transport_factory(t.name),
                     timeout=CONNECT_TIMEOUT,
                     banner_timeout=CONNECT_TIMEOUT,
                     auth_timeout=CONNECT_TIMEOUT,
                     allow_agent=t.private_key_file is None,
                     look_for_keys=t.private_key_file is None,
                 )
+            except (paramiko.BadHostKeyException, paramiko.AuthenticationException):
+                client.close()
+                raise
+            except paramiko.SSHException as exc:
+                transport = client.get_transport()
+                client.close()
+                why = _why_no_session(exc, transport, sock.received)
+                if why is exc:
+                    raise
+                raise why from exc
             except BaseException:
                 client.close()
                 raise
@@ -241,25 +356,59 @@ class SSHConnection:
                 transport.set_keepalive(KEEPALIVE_S)
             return client
 
+        where = f"{t.address}:{t.port}"
         try:
             return attempt()
         except paramiko.BadHostKeyException as exc:
             raise HostKeyRefused(
-                f"{t.name}: host key for {self._host_key_name()} does not match {known} "
-                f"(got {exc.key.get_name()} {exc.key.get_fingerprint().hex()}); "
-                "refusing to connect. If the host was reinstalled, remove its old key "
-                f"(ssh-keygen -R {self._host_key_name()} -f {known})."
+                f"{t.name}: host key for {self._host_key_name()} ({exc.key.get_name()} "
+                f"{fingerprint(exc.key)}) does not match the one recorded in {known} "
+                f"({exc.expected_key.get_name()} {fingerprint(exc.expected_key)}); refusing to "
+                "connect. If the host was reinstalled, check its new key out of band and remove "
+                f"the old one (ssh-keygen -R {self._host_key_name()} -f {known})."
+            ) from exc
+        except _UnknownHostKey as exc:
+            raise HostKeyRefused(
+                f"{t.name}: host key for {self._host_key_name()} ({exc.key.get_name()} "
+                f"{fingerprint(exc.key)}) is not in {known}; refusing to connect. Check the "
+                "fingerprint out of band (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub on the "
+                "host) and add the key to known_hosts, or opt in to accepting new keys with "
+                "gpumon_host_key_policy=accept-new."
+            ) from exc
+        except _NoBanner as exc:
+            if exc.closed:
+                raise HostUnreachable(
+                    f"{t.name}: {where} accepted the connection but closed it before sending "
+                    f"an SSH banner, {CONNECT_ATTEMPTS} times (sshd restarting or refusing "
+                    "connections past its MaxStartups limit, or not an SSH port)"
+                ) from exc
+            raise HostUnreachable(
+                f"{t.name}: {where} accepted the connection but sent no SSH banner within "
+                f"{CONNECT_TIMEOUT:g}s (not an SSH server on this port, or sshd is hung)"
+            ) from exc
+        except _NotSSH as exc:
+            raise HostUnreachable(
+                f"{t.name}: {where} does not speak SSH: it answered with something other than "
+                "an SSH banner (another service on this port?)"
+            ) from exc
+        except paramiko.AuthenticationException as exc:
+            how = (
+                f"the key {t.private_key_file}"
+                if t.private_key_file
+                else "the agent's and ~/.ssh's keys"
+            )
+            raise HostUnreachable(
+                f"{t.name}: SSH authentication as {t.user or 'the current user'} on {where} "
+                f"failed with {how}: {exc or type(exc).__name__}"
             ) from exc
         except paramiko.SSHException as exc:
-            if "not found in known_hosts" in str(exc):
-                raise HostKeyRefused(
-                    f"{t.name}: host key for {self._host_key_name()} is not in {known}; "
-                    "refusing to connect. Add it to known_hosts, or opt in to accepting new "
-                    "keys with gpumon_host_key_policy=accept-new."
-                ) from exc
-            raise HostUnreachable(f"{t.name}: SSH to {t.address}:{t.port} failed: {exc}") from exc
+            raise HostUnreachable(
+                f"{t.name}: SSH to {where} failed: {exc or type(exc).__name__}"
+            ) from exc
         except (OSError, EOFError) as exc:
-            raise HostUnreachable(f"{t.name}: cannot reach {t.address}:{t.port}: {exc}") from exc
+            raise HostUnreachable(
+                f"{t.name}: cannot reach {where}: {exc or type(exc).__name__}"
+            ) from exc
 
     def run(
         self,

@@ -1,13 +1,21 @@
-"""Error types shared by the engine: bad input (exit 2) versus faults on hosts."""
+"""Error types shared by the engine: bad input (exit 2) versus faults on hosts.
+
+Their text is masked when they are made (deployer/secrets.py): an error repeats what it was given
+(an ``-e`` argument, an inventory line, a rendered value, a library's message), so whatever shows
+or logs it shows no secret.
+"""
 
 from __future__ import annotations
+
+from deployer.secrets import mask_text
 
 
 class InputError(Exception):
     """Bad input found before any host was contacted: the CLI exits 2 and touches nothing.
 
     ``source`` is the file (or ``-e``/flag) the bad value came from; ``line`` is 1-based when
-    known; ``key`` is the dotted key or name at fault.
+    known; ``key`` is the dotted key or name at fault. Each part is masked on its own (a secret
+    key's name followed by the message is not a ``name: value`` pair).
     """
 
     def __init__(
@@ -18,21 +26,24 @@ class InputError(Exception):
         line: int | None = None,
         key: str | None = None,
     ) -> None:
+        message = mask_text(message)
         super().__init__(message)
         self.message = message
-        self.source = source
+        self.source = mask_text(str(source)) if source is not None else None
         self.line = line
-        self.key = key
+        self.key = mask_text(str(key)) if key is not None else None
 
     def __str__(self) -> str:
+        # Masked again, part by part: a secret may have been registered since (the inventory
+        # registers its secrets once it is loaded).
         where = ""
         if self.source:
-            where = str(self.source)
+            where = mask_text(self.source)
             if self.line is not None:
                 where += f":{self.line}"
             where += ": "
-        key = f"{self.key}: " if self.key else ""
-        return f"{where}{key}{self.message}"
+        key = f"{mask_text(self.key)}: " if self.key else ""
+        return f"{where}{key}{mask_text(self.message)}"
 
 
 class PlanRefused(InputError):
@@ -41,6 +52,9 @@ class PlanRefused(InputError):
 
 class HostUnreachable(Exception):
     """The host could not be reached over SSH (after bounded retries)."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(mask_text(str(message)))
 
 
 class HostKeyRefused(HostUnreachable):

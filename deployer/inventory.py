@@ -65,7 +65,14 @@ import jinja2
 
 from deployer.errors import InputError
 from deployer.memory import collector_paused
-from deployer.secrets import REGISTERED, SecretValues, is_secret_key, mask, secret_values_in
+from deployer.secrets import (
+    MASK,
+    REGISTERED,
+    SecretValues,
+    is_secret_key,
+    mask,
+    secret_values_in,
+)
 from deployer.yamlsrc import SourceDict, load_yaml_text
 
 __all__ = [
@@ -270,7 +277,7 @@ class Inventory:
 
         def shown(value: Any) -> Any:
             value = _jsonable(value)
-            return mask(value, self.secrets) if mask_secrets else value
+            return mask(value) if mask_secrets else value
 
         def host_entry(h: Host) -> dict[str, Any]:
             return {
@@ -804,14 +811,24 @@ def _parse_ini(draft: _Draft, text: str, path: str) -> None:
                 )
             names, port = _expand_host_pattern(tokens[0], at)
             variables: dict[str, Any] = {}
+            key = ""
             for token in tokens[1:]:
+                after = key
                 key, sep, value = token.partition("=")
                 if not sep:
+                    # After a secret, a stray word is the rest of it (an unquoted space).
+                    secret = is_secret_key(after)
+                    shown = MASK if secret else token
                     raise InputError(
-                        f"expected key=value host variable, got {token!r}",
+                        f"expected key=value host variable, got {shown!r}"
+                        + (
+                            f" after the value of {after} (quote a value with spaces)"
+                            if after
+                            else ""
+                        ),
                         source=path,
                         line=number,
-                        key=token,
+                        key=after if secret else token,
                     )
                 variables[key] = _ini_value(value)
             for host in names:

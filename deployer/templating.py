@@ -20,6 +20,7 @@ from jinja2 import StrictUndefined
 
 from deployer import file_sd
 from deployer.errors import InputError
+from deployer.secrets import MASK, is_secret_path
 
 _WHOLE_EXPR = re.compile(r"^\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\Z", re.S)
 
@@ -126,7 +127,13 @@ class Renderer:
             raise InputError(
                 f"template syntax error: {exc.message}", source=path, line=exc.lineno
             ) from exc
-        except (jinja2.UndefinedError, jinja2.TemplateError, TypeError, ValueError) as exc:
+        except (
+            jinja2.UndefinedError,
+            jinja2.TemplateError,
+            TypeError,
+            ValueError,
+            re.error,
+        ) as exc:
             raise InputError(
                 f"template error: {exc}", source=path, line=_template_line(exc, path, template)
             ) from exc
@@ -169,13 +176,9 @@ class Renderer:
                 if whole:
                     return self._eval(whole.group("expr"), variables)
                 return self._render(self._from_string(value), variables)
-            except jinja2.TemplateError as exc:
+            except (jinja2.TemplateError, TypeError, ValueError, ArithmeticError, re.error) as exc:
                 raise InputError(
-                    f"cannot render {value!r}: {exc}", source=source, line=line, key=key
-                ) from exc
-            except (TypeError, ValueError, ArithmeticError) as exc:
-                raise InputError(
-                    f"cannot render {value!r}: {exc}", source=source, line=line, key=key
+                    f"cannot render {_shown(value, key)}: {exc}", source=source, line=line, key=key
                 ) from exc
         if isinstance(value, Mapping):
             return {
@@ -201,14 +204,26 @@ class Renderer:
             text = whole.group("expr")
         try:
             return self._eval(text, variables)
-        except jinja2.TemplateError as exc:
+        except (
+            jinja2.TemplateError,
+            TypeError,
+            ValueError,
+            ArithmeticError,
+            AttributeError,
+            re.error,
+        ) as exc:
             raise InputError(
-                f"cannot evaluate {expression!r}: {exc}", source=source, line=line, key=key
+                f"cannot evaluate {_shown(expression, key)}: {exc}",
+                source=source,
+                line=line,
+                key=key,
             ) from exc
-        except (TypeError, ValueError, ArithmeticError, AttributeError) as exc:
-            raise InputError(
-                f"cannot evaluate {expression!r}: {exc}", source=source, line=line, key=key
-            ) from exc
+
+
+def _shown(value: str, key: str) -> str:
+    """``value`` as an error repeats it: masked whole under a secret key (a literal password
+    with a stray ``{{`` is still the password)."""
+    return repr(MASK) if is_secret_path(key) else repr(value)
 
 
 def _line_of(mapping: Any, key: Any, default: int | None) -> int | None:

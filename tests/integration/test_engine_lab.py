@@ -159,6 +159,16 @@ def test_a_host_taken_down_mid_run_is_unreachable_while_the_others_finish(lab):
         assert lab.ssh(h, "test -e /var/tmp/gpumon-slow-done").returncode == 0
 
 
+def keygen_fingerprints(lines: list[str], tmp_path: Path) -> list[str]:
+    """``ssh-keygen -lf`` of known_hosts lines: each key's ``SHA256:...`` as OpenSSH prints it."""
+    path = tmp_path / "fingerprint_these"
+    path.write_text("\n".join(lines) + "\n")
+    out = subprocess.run(
+        ["ssh-keygen", "-lf", str(path)], capture_output=True, text=True, check=True
+    ).stdout
+    return [line.split()[1] for line in out.splitlines()]
+
+
 def test_a_swapped_host_key_is_refused(lab, tmp_path):
     assert lab.ssh("gpu03", RESET_DEMO).returncode == 0
     lines = lab.known_hosts_path.read_text().splitlines()
@@ -177,6 +187,10 @@ def test_a_swapped_host_key_is_refused(lab, tmp_path):
     assert rc == 1
     why = report["hosts"]["gpu03"]["unreachable"]
     assert why and "does not match" in why
+    # Both keys named as ssh-keygen -lf names them (the offered one is gpu03's real ed25519 key).
+    real = [ln for ln in lines if addr["gpu03"] in names(ln) and "ed25519" in ln]
+    for fp in keygen_fingerprints([*real, f"{addr['gpu03']} {gpu02_keys[0]}"], tmp_path):
+        assert fp in why, why
     assert lab.ssh("gpu03", "test -e /etc/gpumon-demo").returncode != 0
 
 
@@ -187,7 +201,15 @@ def test_an_unknown_host_key_is_refused_unless_accepting_new_keys_is_opted_in(la
         lab, "--limit", "gpu04", "--check", "-e", f"gpumon_known_hosts_file={empty}"
     )
     assert rc == 1
-    assert "not in" in report["hosts"]["gpu04"]["unreachable"]
+    why = report["hosts"]["gpu04"]["unreachable"]
+    assert "not in" in why
+    addr = next(h.address for h in lab.hosts if h.name == "gpu04")
+    offered = [
+        ln
+        for ln in lab.known_hosts_path.read_text().splitlines()
+        if addr in ln.split(None, 1)[0].split(",") and "ed25519" in ln
+    ]
+    assert offered and keygen_fingerprints(offered, tmp_path)[0] in why, why
     rc, report = up_json(
         lab, "--limit", "gpu04", "--check", "-e", f"gpumon_known_hosts_file={empty}",
         "-e", "gpumon_host_key_policy=accept-new",

@@ -1,14 +1,29 @@
-"""Connection set-up: bounded retries of transient errors, become wrapping, the pool."""
+"""Connection set-up: bounded retries of transient errors, host-key refusals with ssh-keygen's
+fingerprints, one line in words for a host that does not speak SSH (no library traceback),
+become wrapping, the pool. Servers are real, on loopback: TCP listeners and paramiko's SSH server.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 
+import paramiko
 import pytest
 
-from deployer import connection
-from deployer.connection import ConnectionPool, SSHConnection, SSHTarget, sudo_wrap
-from deployer.errors import HostUnreachable
+from deployer import connection, library_logs
+from deployer.connection import (
+    ConnectionPool,
+    SSHConnection,
+    SSHTarget,
+    fingerprint,
+    sudo_wrap,
+)
+from deployer.errors import HostKeyRefused, HostUnreachable
 
 
 def closed_port() -> int:
@@ -17,6 +32,132 @@ def closed_port() -> int:
     port = s.getsockname()[1]
     s.close()  # nothing listens there now: connections are refused at once
     return port
+
+
+class Listener:
+    """A loopback TCP server that accepts and then, per ``behaviour``: stays silent ("silent"),
+    closes at once ("close"), answers like an HTTP server and closes ("http"), or sends lines
+    that are not an SSH banner and stays ("junk")."""
+
+    def __init__(self, behaviour: str) -> None:
+        self.behaviour = behaviour
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._held: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.behaviour == "close":
+                conn.close()
+            elif self.behaviour == "http":
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                conn.close()
+            elif self.behaviour == "junk":
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n" * 120)
+                self._held.append(conn)
+            else:
+                self._held.append(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self._held:
+            c.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[type[Listener]]:
+    made: list[Listener] = []
+
+    def make(behaviour: str) -> Listener:
+        made.append(Listener(behaviour))
+        return made[-1]
+
+    yield make  # type: ignore[misc]
+    for item in made:
+        item.close()
+
+
+@pytest.fixture
+def quick(monkeypatch) -> None:
+    """Short banner timeout and retry waits, so a silent host costs a second, not ten."""
+    monkeypatch.setattr(connection, "CONNECT_TIMEOUT", 1.0)
+
+
+def keygen(path: Path, kind: str = "ed25519") -> Path:
+    bits = ["-b", "1024"] if kind == "rsa" else []  # small: only its fingerprint is used
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", kind, *bits, "-N", "", "-C", "test", "-f", str(path)],
+        check=True,
+    )
+    return path
+
+
+def ssh_keygen_fingerprint(pub: Path) -> str:
+    """The fingerprint field of ``ssh-keygen -lf``: ``256 SHA256:... comment (ED25519)``."""
+    out = subprocess.run(
+        ["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True, check=True
+    ).stdout
+    return out.split()[1]
+
+
+def load_key(path: Path) -> paramiko.PKey:
+    return paramiko.PKey.from_path(path)
+
+
+class _RefuseEveryone(paramiko.ServerInterface):
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+
+class SSHServer:
+    """paramiko's SSH server on loopback with ``host_key``: enough for a client to see the key."""
+
+    def __init__(self, host_key: paramiko.PKey) -> None:
+        self.host_key = host_key
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.port = self.sock.getsockname()[1]
+        self._transports: list[paramiko.Transport] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            transport = paramiko.Transport(conn)
+            transport.add_server_key(self.host_key)
+            self._transports.append(transport)
+            with contextlib.suppress(paramiko.SSHException, EOFError, OSError):
+                transport.start_server(server=_RefuseEveryone())
+
+    def close(self) -> None:
+        self.sock.close()
+        for t in self._transports:
+            t.close()
+
+
+@pytest.fixture
+def ssh_server(tmp_path) -> Iterator[tuple[SSHServer, Path]]:
+    key_file = keygen(tmp_path / "host_key")
+    server = SSHServer(load_key(key_file))
+    yield server, key_file.with_suffix(".pub")
+    server.close()
+
+
+# ---------------------------------------------------------------------------------- retries
 
 
 def test_refused_connections_are_retried_a_bounded_number_of_times(monkeypatch):
@@ -32,6 +173,104 @@ def test_refused_connections_are_retried_a_bounded_number_of_times(monkeypatch):
         SSHConnection(SSHTarget(name="h", address="127.0.0.1", port=closed_port()))
     assert len(attempts) == 4
     assert "h: cannot reach 127.0.0.1" in str(exc.value)
+
+
+# ---------------------------------------------------------------------------------- host keys
+
+
+@pytest.mark.parametrize("kind", ["ed25519", "rsa", "ecdsa"])
+def test_a_fingerprint_is_the_one_ssh_keygen_prints(tmp_path, kind):
+    key_file = keygen(tmp_path / f"k_{kind}", kind)
+    assert fingerprint(load_key(key_file)) == ssh_keygen_fingerprint(key_file.with_suffix(".pub"))
+
+
+def test_a_changed_host_key_is_refused_naming_both_keys_as_ssh_keygen_does(ssh_server, tmp_path):
+    server, pub = ssh_server
+    other = keygen(tmp_path / "other_key")
+    known = tmp_path / "known_hosts"
+    kind, body = other.with_suffix(".pub").read_text().split()[:2]
+    known.write_text(f"[127.0.0.1]:{server.port} {kind} {body}\n")
+    target = SSHTarget(
+        name="gpu03", address="127.0.0.1", port=server.port, known_hosts_file=str(known)
+    )
+    with pytest.raises(HostKeyRefused) as exc:
+        SSHConnection(target)
+    message = str(exc.value)
+    assert "does not match" in message
+    assert f"ssh-ed25519 {ssh_keygen_fingerprint(pub)}" in message
+    assert f"ssh-ed25519 {ssh_keygen_fingerprint(other.with_suffix('.pub'))}" in message
+    assert f"ssh-keygen -R [127.0.0.1]:{server.port}" in message
+
+
+def test_an_unknown_host_key_is_refused_with_its_ssh_keygen_fingerprint(ssh_server, tmp_path):
+    server, pub = ssh_server
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    target = SSHTarget(
+        name="gpu04", address="127.0.0.1", port=server.port, known_hosts_file=str(known)
+    )
+    with pytest.raises(HostKeyRefused) as exc:
+        SSHConnection(target)
+    message = str(exc.value)
+    assert f"is not in {known}" in message
+    assert f"ssh-ed25519 {ssh_keygen_fingerprint(pub)}" in message
+    assert "gpumon_host_key_policy=accept-new" in message
+    assert known.read_text() == ""
+
+
+# ---------------------------------------------------------------------------------- no SSH
+
+
+def test_a_host_that_accepts_tcp_but_never_speaks_ssh_is_one_line_in_words(listener, quick, capfd):
+    silent = listener("silent")
+    with pytest.raises(HostUnreachable) as exc:
+        SSHConnection(SSHTarget(name="gpu07", address="127.0.0.1", port=silent.port))
+    message = str(exc.value)
+    assert message.startswith("gpu07: ")
+    assert "accepted the connection but sent no SSH banner within 1s" in message
+    assert "\n" not in message
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "SSHException" not in err and "EOFError" not in err
+    assert silent.accepted == 1  # a silent host is not retried: each try costs the timeout
+
+
+def test_a_host_that_closes_before_the_banner_is_retried_then_named(listener, quick, capfd):
+    closing = listener("close")
+    with pytest.raises(HostUnreachable) as exc:
+        SSHConnection(SSHTarget(name="gpu08", address="127.0.0.1", port=closing.port))
+    assert "gpu08: " in str(exc.value)
+    assert "closed it before sending an SSH banner, 4 times" in str(exc.value)
+    assert "MaxStartups" in str(exc.value)
+    assert closing.accepted == connection.CONNECT_ATTEMPTS
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("behaviour", ["http", "junk"])
+def test_a_port_that_answers_something_else_is_named_not_ssh_once(
+    listener, quick, capfd, behaviour
+):
+    other = listener(behaviour)
+    with pytest.raises(HostUnreachable) as exc:
+        SSHConnection(SSHTarget(name="gpu09", address="127.0.0.1", port=other.port))
+    assert "gpu09: " in str(exc.value) and "does not speak SSH" in str(exc.value)
+    assert other.accepted == 1  # another service answers the same way every time
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_verbose_shows_the_librarys_details_naming_the_host(listener, quick, capfd):
+    silent = listener("silent")
+    library_logs.set_verbosity(1)
+    try:
+        with pytest.raises(HostUnreachable):
+            SSHConnection(SSHTarget(name="gpu07", address="127.0.0.1", port=silent.port))
+    finally:
+        library_logs.set_verbosity(0)
+    err = capfd.readouterr().err
+    assert "paramiko gpu07: Exception (client): Error reading SSH protocol banner" in err
+    assert all(line.startswith("paramiko gpu07: ") for line in err.splitlines())
+
+
+# ---------------------------------------------------------------------------------- the rest
 
 
 def test_sudo_wrap_is_non_interactive_and_quotes_the_command():

@@ -98,3 +98,66 @@ def test_reporting_off_a_terminal_does_not_load_rich():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_host_that_never_speaks_ssh_is_one_recap_line_without_a_library_traceback(tmp_path):
+    """A real loopback listener that accepts TCP and never sends an SSH banner (a wrong port, a
+    hung sshd): the run, a process of its own (nothing between paramiko and stderr, as for a
+    user), reports the host unreachable in words, once, and paramiko's tracebacks stay out of
+    stderr (issue 12, 9)."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    port = silent.getsockname()[1]
+    role = tmp_path / "roles" / "r" / "tasks"
+    role.mkdir(parents=True)
+    (role / "main.yml").write_text("- copy: {dest: /tmp/x, content: x}\n")
+    (tmp_path / "site.yml").write_text("- hosts: all\n  roles: [r]\n")
+    (tmp_path / "inv.yml").write_text(
+        f"all:\n  hosts:\n    mute01: {{ansible_host: 127.0.0.1, ansible_port: {port}}}\n"
+    )
+    # The banner timeout shortened to a second; everything else as the installed command.
+    program = (
+        "import sys; from deployer import connection; connection.CONNECT_TIMEOUT = 1.0; "
+        "from deployer.cli import main; sys.argv[0] = 'gpumon-deploy'; main()"
+    )
+    args = ["up", "-i", str(tmp_path / "inv.yml"), "--site", str(tmp_path / "site.yml")]
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", program, *args, "--output", "json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        silent.close()
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "SSHException" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "mute01" in line]
+    assert lines[-1].startswith("unreachable mute01: ")
+    assert "sent no SSH banner" in lines[-1]
+    report = json.loads(proc.stdout)
+    assert "sent no SSH banner" in report["hosts"]["mute01"]["unreachable"]
+
+
+def test_verbose_flags_before_and_after_the_command_add_up_and_reset_each_run(tmp_path):
+    from click.testing import CliRunner
+
+    from deployer import library_logs
+    from deployer.cli import cli
+
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    h1:\n")
+    inventory = ["inventory", "-i", str(tmp_path / "inv.yml")]
+    try:
+        assert CliRunner().invoke(cli, ["-v", *inventory, "-vv"]).exit_code == 0
+        assert library_logs.verbosity() == 3
+        assert CliRunner().invoke(cli, inventory).exit_code == 0
+        assert library_logs.verbosity() == 0
+    finally:
+        library_logs.set_verbosity(0)
