@@ -1,0 +1,93 @@
+"""Stand-in programs that answer from a real capture, so that the product's shell scripts run for
+real in a test: each goes into a ``bin`` folder put first on the script's PATH.
+
+A stand-in answers only the command line the capture recorded (or, for nvidia-smi, any
+``--query-gpu``/``--query-compute-apps`` the capture's full query can answer); anything else exits
+2 naming what it was asked, so a product that changes its question fails the test instead of
+reading an answer to another question.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+_SMI = """#!{python}
+# stand-in nvidia-smi: answers from the capture {capture} (run {run!r})
+import sys
+sys.path.insert(0, {repo!r})
+from tests.contract.captures import query
+args = sys.argv[1:]
+qs = [a for a in args if a.startswith(("--query-gpu=", "--query-compute-apps="))]
+fs = [a for a in args if a.startswith("--format=")]
+if len(args) != 2 or len(qs) != 1 or len(fs) != 1:
+    sys.stderr.write("stand-in nvidia-smi: not captured: %s\\n" % " ".join(args))
+    sys.exit(2)
+kind, fields = qs[0][len("--query-"):].split("=", 1)
+fmt = fs[0].split("=", 1)[1].split(",")
+text = open({capture!r}, encoding="utf-8").read()
+try:
+    out = query(text, "{run} :: query-" + kind, fields.split(","),
+                header="noheader" not in fmt, units="nounits" not in fmt)
+except KeyError as exc:
+    sys.stderr.write("stand-in nvidia-smi: %s\\n" % exc)
+    sys.exit(2)
+sys.stdout.write(out)
+"""
+
+_PRINT = """#!/bin/sh
+# stand-in {name}: prints {capture} and exits {rc} when called as: {name} {argv}
+{guard}cat {capture_q}
+exit {rc}
+"""
+_GUARD = """if [ "$*" != {argv_q} ]; then
+    echo "stand-in {name}: not captured: $*" >&2
+    exit 2
+fi
+"""
+
+
+def _install(bindir: Path, name: str, text: str) -> Path:
+    bindir.mkdir(parents=True, exist_ok=True)
+    path = bindir / name
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o755)
+    return path
+
+
+def nvidia_smi(bindir: Path, capture: Path, run: str) -> Path:
+    """nvidia-smi answering queries from run ``run`` ("idle" or "load") of an
+    nvidia_gpu_exporter capture."""
+    script = _SMI.format(python=sys.executable, capture=str(capture), run=run, repo=str(REPO))
+    return _install(bindir, "nvidia-smi", script)
+
+
+def printing(bindir: Path, name: str, argv: list[str] | None, capture: Path, rc: int = 0) -> Path:
+    """``name`` printing ``capture`` and exiting ``rc`` when called with exactly ``argv`` (None:
+    with any arguments, for a capture of a program that fails before it reads them)."""
+    joined = "ANY ARGUMENTS" if argv is None else " ".join(argv)
+    guard = "" if argv is None else _GUARD.format(name=name, argv_q=shlex.quote(joined))
+    text = _PRINT.format(name=name, argv=joined, guard=guard, capture=capture, rc=rc,
+                         capture_q=shlex.quote(str(capture)))  # fmt: skip
+    return _install(bindir, name, text)
+
+
+def dpkg_query(bindir: Path, versions: dict[str, str]) -> Path:
+    """dpkg-query answering ``-W -f='${Version}' -- PACKAGE`` from ``versions``."""
+    table = json.dumps(versions)
+    script = (
+        f"#!{sys.executable}\nimport json, sys\nv = json.loads({table!r}).get(sys.argv[-1])\n"
+        "sys.exit(1) if v is None else sys.stdout.write(v)\n"
+    )
+    return _install(bindir, "dpkg-query", script)
+
+
+def environment(bindir: Path, **extra: str) -> dict[str, str]:
+    """The environment a script runs in: the stand-ins first on PATH, then the system's."""
+    return {**os.environ, "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+            **extra}  # fmt: skip
