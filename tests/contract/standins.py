@@ -9,10 +9,15 @@ reading an answer to another question.
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import http.server
 import json
 import os
 import shlex
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,3 +96,43 @@ def environment(bindir: Path, **extra: str) -> dict[str, str]:
     """The environment a script runs in: the stand-ins first on PATH, then the system's."""
     return {**os.environ, "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
             **extra}  # fmt: skip
+
+
+@contextlib.contextmanager
+def serving(body: bytes, basic_auth: tuple[str, str] | None = None) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 serving ``body`` at /metrics (as dcgm-exporter's text
+    format, behind basic auth when given); yields the URL."""
+    expected = (
+        "Basic " + base64.b64encode(f"{basic_auth[0]}:{basic_auth[1]}".encode()).decode()
+        if basic_auth
+        else None
+    )
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path != "/metrics":
+                self.send_error(404)
+                return
+            if expected and self.headers.get("Authorization") != expected:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="metrics"')
+                self.end_headers()
+                self.wfile.write(b"Unauthorized\n")
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
