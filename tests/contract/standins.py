@@ -136,3 +136,18 @@ def serving(body: bytes, basic_auth: tuple[str, str] | None = None) -> Iterator[
     finally:
         server.shutdown()
         server.server_close()
+
+
+def answering(bindir: Path, name: str, answers: dict[str, tuple[Path | None, int]]) -> Path:
+    """``name`` answering several command lines: ``{"health -c": (file printed, exit status)}``
+    (None: prints nothing); any other command line exits 2 naming it."""
+    cases = "".join(
+        f"{shlex.quote(argv)}) {'cat ' + shlex.quote(str(path)) + '; ' if path else ''}"
+        f"exit {rc} ;;\n"
+        for argv, (path, rc) in answers.items()
+    )
+    text = (
+        f"#!/bin/sh\n# stand-in {name}: answers {', '.join(map(repr, answers))}\n"
+        f'case "$*" in\n{cases}*) echo "stand-in {name}: not captured: $*" >&2; exit 2 ;;\nesac\n'
+    )
+    return _install(bindir, name, text)
