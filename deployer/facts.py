@@ -73,7 +73,7 @@ true
 
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Wed Apr 29 ..." (proprietary, both
 # lines of driver-misc/proc-driver-nvidia-version.txt) and "NVRM version: NVIDIA UNIX Open Kernel
-# Module for x86_64  580.126.09 ..." (open; shared/reference nvidia-driver.md section 6)
+# Module for x86_64  580.126.09 ..." (open: docs/unverified.md#proc-version-open-module)
 _PROC_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(?P<v>\d+\.\d+(?:\.\d+)?)")
 _VERSION_IN_PKG = re.compile(r"^(?:\d+:)?(?P<v>\d+\.\d+(?:\.\d+)?)")
 # nvidia-smi when the user-space driver and the loaded module differ (driver-misc/
