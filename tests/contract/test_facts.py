@@ -117,3 +117,22 @@ def test_facts_of_a_host_printing_real_output(row: Row, tmp_path: Path):
     )
     if row.driver_loaded:
         assert f.kernel_module_flavour == "proprietary"  # both real /proc lines are proprietary
+
+
+SMI_CAPTURES = [H100, H100_MIG, H200, H200_MIG, L40S]
+
+
+@pytest.mark.parametrize(
+    "path", SMI_CAPTURES, ids=[Path(p).name.split("__")[1] for p in SMI_CAPTURES]
+)
+def test_the_pci_class_a_real_gpu_reports_is_one_facts_counts_as_a_gpu(path: str):
+    """facts counts NVIDIA PCI functions of class 0x0302/0x0300 (sysfs ``class`` without its
+    programming-interface byte) as GPUs; nvidia-smi's pci.baseClass/pci.subClass of the real
+    boards say which class they are."""
+    from deployer.facts import _GPU_CLASSES
+    from tests.contract.captures import query
+
+    line = query(capture_text(path), "idle :: query-gpu", ["pci.baseClass", "pci.subClass"],
+                 header=False, units=True)  # fmt: skip
+    base, sub = (int(v, 16) for v in line.strip().split(", "))
+    assert f"0x{base:02x}{sub:02x}" in _GPU_CLASSES
