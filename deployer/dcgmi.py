@@ -190,24 +190,30 @@ def _health_json(data: dict) -> tuple[str | None, list[_Incident], list[str]]:
 
 
 def health_verdict(output: str, rc: int) -> Verdict:
-    """Judge ``dcgmi health -c`` (text, or JSON with ``-j``) by what it prints."""
-    if rc != 0:
-        return Verdict(
-            False, f"dcgmi health -c could not check (exit {rc}, {exit_status_name(rc)}): "
-            f"{_first_lines(output)}",
-        )  # fmt: skip
+    """Judge ``dcgmi health -c`` (text, or JSON with ``-j``) by what it prints; a non-zero exit
+    status with no report is a check that could not run."""
     stripped = output.strip()
+    overall: str | None = None
+    incidents: list[_Incident] = []
     if stripped.startswith("{"):
         try:
             overall, incidents, _ = _health_json(json.loads(stripped))
         except ValueError:
-            return Verdict(False, f"dcgmi health -c -j printed no JSON: {_first_lines(output)}")
+            if rc == 0:
+                return Verdict(False, f"dcgmi health -c -j printed no JSON: {_first_lines(output)}")
     else:
         overall, incidents, _ = _health_text(output)
     if overall is None:
+        if rc != 0:
+            return Verdict(
+                False, f"dcgmi health -c could not check (exit {rc}, {exit_status_name(rc)}): "
+                f"{_first_lines(output)}",
+            )  # fmt: skip
         return Verdict(False, f"no 'Overall Health' in dcgmi health -c: {_first_lines(output)}")
     problems = tuple(str(i) for i in incidents if i.health != HEALTHY)
     if overall == HEALTHY and not problems:
+        if rc != 0:
+            return Verdict(False, f"Overall Health: Healthy, but dcgmi health -c exited {rc}")
         return Verdict(True, "Overall Health: Healthy")
     return Verdict(False, f"Overall Health: {overall}", problems)
 

@@ -85,3 +85,12 @@ def test_a_diag_that_prints_no_results_is_a_failure_even_with_exit_status_0():
 def test_the_verdict_reads_as_one_line():
     v = dcgmi.Verdict(False, "Overall Health: Failure", ("a", "b"))
     assert str(v) == "Overall Health: Failure; a; b"
+
+
+def test_a_report_with_a_non_zero_exit_status_is_judged_by_the_report():
+    # dcgmi exits 0 with a report (Health.cpp:391); an exit status beside a report is read as
+    # what the report says, and a Healthy one as a failure for the status
+    failure = tree(("Overall Health", "Failure"))
+    assert dcgmi.health_verdict(failure, 1).summary == "Overall Health: Failure"
+    v = dcgmi.health_verdict(tree(("Overall Health", "Healthy")), 1)
+    assert not v.ok and "exited 1" in v.summary
