@@ -138,12 +138,15 @@ class GpuModel:
     architecture: str
     compute_capability: str
     aliases: tuple[str, ...]
-    names: tuple[str, ...]
+    names: tuple[str, ...]  # as nvidia-smi prints them
     pci_ids: tuple[str, ...]
     min_driver: str | None
     module: str | None
     rack_uniform_driver: bool
     cite: Citation
+    name_sources: dict[str, str] = field(default_factory=dict)  # name -> where it is seen
+    memory_temp_sensor: bool | None = None  # None: not known
+    mig: bool = False
 
 
 @dataclass(frozen=True)
@@ -288,12 +291,16 @@ def load_matrix(path: str | Path = DATA_FILE) -> Matrix:
         module = r.get(entry, "module", (str,), optional=True)
         if module is not None and module not in MODULE_KINDS:
             raise r.fail(entry, "module", f"{name}: module must be one of {MODULE_KINDS}")
+        names = r.get(entry, "names", (dict,), optional=True) or {}
+        for shown, where in names.items():
+            if not isinstance(where, str) or not where.strip():
+                raise r.fail(entry, "names", f"{name}: name {shown!r} must say where it is seen")
         models[name] = GpuModel(
             name=name,
             architecture=r.get(entry, "architecture", (str,)),
             compute_capability=r.get(entry, "compute_capability", (str,)),
             aliases=tuple(r.get(entry, "aliases", (list,), optional=True) or ()),
-            names=tuple(r.get(entry, "names", (list,), optional=True) or ()),
+            names=tuple(str(n) for n in names),
             pci_ids=tuple(
                 str(p).lower() for p in r.get(entry, "pci_ids", (list,), optional=True) or ()
             ),
@@ -301,6 +308,9 @@ def load_matrix(path: str | Path = DATA_FILE) -> Matrix:
             module=module,
             rack_uniform_driver=bool(r.get(entry, "rack_uniform_driver", (bool,), optional=True)),
             cite=r.cite(entry, name),
+            name_sources={str(k): str(v) for k, v in names.items()},
+            memory_temp_sensor=r.get(entry, "memory_temp_sensor", (bool,), optional=True),
+            mig=bool(r.get(entry, "mig", (bool,), optional=True)),
         )
 
     def schemes(entries: Any, label: str) -> tuple[PackageScheme, ...]:

@@ -4,6 +4,16 @@ OS family, version, architecture and kernel; GPUs (NVIDIA functions on the PCI b
 ``nvidia-smi`` when present); the NVIDIA driver version installed (package), loaded
 (``/proc/driver/nvidia/version``) and seen by ``nvidia-smi``, with a mismatch flagged as "reboot
 required"; DCGM, dcgm-exporter and fabric manager package versions; NVSwitch presence.
+
+What nvidia-smi and /proc print is read as real hosts print it (tests/contract/test_facts.py runs
+this script on the captures of ../shared/gpu_reality_fixtures): ``[N/A]`` memory or MIG mode on
+boards without them (L40S: ``mig.mode.current`` is ``[N/A]``), ``Enabled`` on a GPU in MIG mode
+(nvidia-smi --query-gpu lists the physical GPU once, its MIG devices not at all), and the NVML
+mismatch of a host whose user-space driver was upgraded under a still-loaded older module:
+``Failed to initialize NVML: Driver/library version mismatch`` then ``NVML library version:
+610.43`` on stdout, exit status 18 (driver-misc/nvidia-smi-mismatch.txt).
+
+``GPUMON_PROCFS`` (default /proc) says where the host's /proc is, as for the roles' check scripts.
 """
 
 from __future__ import annotations
@@ -45,7 +55,8 @@ else
   echo "@@smi_rc"; echo "rc=absent"
 fi
 echo '@@proc'
-if [ -r /proc/driver/nvidia/version ]; then cat /proc/driver/nvidia/version 2>/dev/null; fi
+procfs=${GPUMON_PROCFS:-/proc}
+if [ -r "$procfs/driver/nvidia/version" ]; then cat "$procfs/driver/nvidia/version" 2>/dev/null; fi
 echo '@@pkgs'
 if command -v dpkg-query >/dev/null 2>&1; then
   dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' 'nvidia-*' 'cuda-drivers*' 'libnvidia-compute*' 'libnvidia-nscq*' 'datacenter-gpu-manager*' 'nvidia-fabricmanager*' 2>/dev/null
@@ -55,13 +66,20 @@ if command -v rpm >/dev/null 2>&1; then
 fi
 echo '@@nvswitch'
 n=0
-for x in /proc/driver/nvidia-nvswitch/devices/*; do [ -e "$x" ] && n=$((n+1)); done
+for x in "$procfs"/driver/nvidia-nvswitch/devices/*; do [ -e "$x" ] && n=$((n+1)); done
 echo "$n"
 true
 """
 
+# "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Wed Apr 29 ..." (proprietary, both
+# lines of driver-misc/proc-driver-nvidia-version.txt) and "NVRM version: NVIDIA UNIX Open Kernel
+# Module for x86_64  580.126.09 ..." (open: docs/unverified.md#proc-version-open-module)
 _PROC_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(?P<v>\d+\.\d+(?:\.\d+)?)")
 _VERSION_IN_PKG = re.compile(r"^(?:\d+:)?(?P<v>\d+\.\d+(?:\.\d+)?)")
+# nvidia-smi when the user-space driver and the loaded module differ (driver-misc/
+# nvidia-smi-mismatch.txt): the NVML library's version is the new, installed one
+_NVML_MISMATCH = re.compile(r"^Failed to initialize NVML: Driver/library version mismatch", re.M)
+_NVML_LIBRARY = re.compile(r"^NVML library version: (?P<v>\d+\.\d+(?:\.\d+)?)\s*$", re.M)
 
 
 @dataclass
@@ -69,9 +87,10 @@ class GPU:
     index: int
     uuid: str
     name: str
-    memory_mib: int | None
+    memory_mib: int | None  # None: nvidia-smi printed [N/A]
     pci_bus_id: str
-    mig_mode: str
+    mig_mode: str  # as nvidia-smi printed it: Enabled, Disabled, [N/A] (no MIG on the board)
+    mig_enabled: bool = False
 
 
 @dataclass
@@ -87,6 +106,8 @@ class HostFacts:
     gpus: list[GPU] = field(default_factory=list)
     nvidia_smi: str = "absent"  # absent | ok | error
     nvidia_smi_error: str | None = None
+    nvml_mismatch: bool = False  # nvidia-smi: "Driver/library version mismatch"
+    nvml_library_version: str | None = None  # the user-space NVML's version it then names
     driver_installed: str | None = None  # from the package
     driver_loaded: str | None = None  # from /proc/driver/nvidia/version
     driver_smi: str | None = None  # from nvidia-smi
@@ -163,12 +184,17 @@ def parse_facts(host: str, result: CommandResult) -> HostFacts:
                     memory_mib=int(mem) if mem.isdigit() else None,
                     pci_bus_id=cols[4],
                     mig_mode=cols[5],
+                    mig_enabled=cols[5] == "Enabled",
                 )
             )
             f.driver_smi = cols[6]
     else:
         f.nvidia_smi = "error"
-        f.nvidia_smi_error = "\n".join(s["smi"]).strip() or f"exit status {smi_rc}"
+        text = "\n".join(s["smi"]).strip()
+        f.nvidia_smi_error = text or f"exit status {smi_rc}"
+        f.nvml_mismatch = bool(_NVML_MISMATCH.search(text))
+        lib = _NVML_LIBRARY.search(text)
+        f.nvml_library_version = lib.group("v") if lib else None
     proc = "\n".join(s["proc"])
     m = _PROC_VERSION.search(proc)
     if m:
@@ -210,8 +236,7 @@ def _derive_versions(f: HostFacts) -> None:
         elif name.startswith("nvidia-fabricmanager") and not name.endswith("-dev"):
             f.fabricmanager_version = _upstream_version(version)
     seen = {v for v in (f.driver_installed, f.driver_loaded, f.driver_smi) if v}
-    mismatch_text = "version mismatch" in (f.nvidia_smi_error or "").lower()
-    f.reboot_required = len(seen) > 1 or mismatch_text
+    f.reboot_required = len(seen) > 1 or f.nvml_mismatch
 
 
 def gather(conn: Connection) -> HostFacts:

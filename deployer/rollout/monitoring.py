@@ -73,7 +73,9 @@ def replica_sees(
     down = [s["metric"].get("job", "?") for s in up if s["value"][1] != "1"]
     if down:
         return f"target(s) of {node} down: {', '.join(sorted(down))}"
-    promql = f'count({metric}{{node="{node}",DCGM_FI_DRIVER_VERSION="{driver}"}})'
+    # GPUs, not series: on a MIG GPU the exporter emits one series per GPU instance, each with
+    # the parent GPU's UUID (../shared/gpu_reality_fixtures/dcgm-exporter-metrics/a800_mig_*)
+    promql = f'count(count by (UUID) ({metric}{{node="{node}",DCGM_FI_DRIVER_VERSION="{driver}"}}))'
     seen, err = _query(fetch, base, promql)
     if err is not None:
         return f"query failed: {err}"

@@ -4,7 +4,9 @@ reference README; nvidia-driver.md §6, dcgm.md §6):
 - facts agree with the target plan (``compat.verify``): installed == loaded == nvidia-smi ==
   target, Fabric Manager at the driver's version, DCGM version and CUDA variant, exporter;
 - nvidia-smi sees every GPU: ``gpu_count`` of them, every UUID the preflight saw;
-- ``dcgmi health -c`` passes and ``dcgmi diag -r LEVEL`` passes (level 0 skips the diag);
+- ``dcgmi health -c`` reports Overall Health ``Healthy`` and ``dcgmi diag -r LEVEL`` no failed
+  test (level 0 skips the diag), judged by what they print (``deployer.dcgmi``): real dcgmi exits
+  0 on an unhealthy GPU;
 - the exporter serves metrics of every GPU with ``DCGM_FI_DRIVER_VERSION`` = target (bounded
   wait: it samples on its own interval);
 - every Prometheus replica scrapes the host (``up == 1``) and has its GPUs' series with the new
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from deployer import compat
+from deployer import compat, dcgmi
 from deployer.facts import gather
 from deployer.rollout import hostops, monitoring
 from deployer.rollout.preflight import observed
@@ -48,38 +50,18 @@ def validate(ctl: Rollout, host: str) -> tuple[list[str], list[dict[str, Any]]]:
     probe = hostops.parse_probe(
         ctl._run_on(host, hostops.probe_script(ctl.settings.diag_level), timeout=900).stdout
     )
-    _check(
-        checks,
-        "loaded driver",
-        None if probe.loaded == want else f"loaded kernel module {probe.loaded or 'none'}",
-        want,
-    )
     # the GPUs seen before the run (kept in the state file, so a resumed run checks the same ones)
     before = ctl.record.hosts[host].before
     expected_uuids = set(before.get("gpu_uuids") or [g.uuid for g in target.facts.gpus])
-    smi_problem = None
-    if probe.smi_rc != 0:
-        smi_problem = f"nvidia-smi fails: {probe.smi_error[:200]}"
-    elif set(probe.smi_versions) != {want}:
-        smi_problem = f"nvidia-smi reports {', '.join(sorted(set(probe.smi_versions)))}"
-    elif len(probe.smi_uuids) != target.gpu_count:
-        smi_problem = f"nvidia-smi sees {len(probe.smi_uuids)} GPUs, expected {target.gpu_count}"
-    elif not expected_uuids <= set(probe.smi_uuids):
-        smi_problem = "GPUs missing: " + ", ".join(sorted(expected_uuids - set(probe.smi_uuids)))
-    _check(checks, "nvidia-smi sees every GPU", smi_problem, f"{target.gpu_count} GPUs at {want}")
-    _check(
-        checks,
-        "dcgmi health",
-        None if probe.health_rc == 0 else f"dcgmi health -c: {probe.health_output[-300:]}",
-        "pass",
-    )
-    if probe.diag_rc is not None:
-        _check(
-            checks,
-            f"dcgmi diag -r {ctl.settings.diag_level}",
-            None if probe.diag_rc == 0 else f"dcgmi diag: {_fails(probe.diag_output)}",
-            "pass",
+    checks.extend(
+        judge_probe(
+            probe,
+            want=want,
+            gpu_count=target.gpu_count,
+            expected_uuids=expected_uuids,
+            diag_level=ctl.settings.diag_level,
         )
+    )
 
     _check(checks, "exporter serves the new driver label", _exporter(ctl, host, want), want)
     if ctl.tier.replicas:
@@ -93,9 +75,46 @@ def validate(ctl: Rollout, host: str) -> tuple[list[str], list[dict[str, Any]]]:
     return problems, checks
 
 
-def _fails(text: str) -> str:
-    lines = [x.strip() for x in text.splitlines() if "fail" in x.lower() or "error" in x.lower()]
-    return " | ".join(lines[:4]) or text[-300:]
+def judge_probe(
+    probe: hostops.ValidationProbe,
+    *,
+    want: str,
+    gpu_count: int,
+    expected_uuids: set[str],
+    diag_level: int,
+) -> list[dict[str, Any]]:
+    """The checks of what the host itself says after the upgrade (pure: the probe's parsed
+    output in, the checks out; tests/contract/test_validation.py feeds it real output)."""
+    checks: list[dict[str, Any]] = []
+    _check(
+        checks,
+        "loaded driver",
+        None if probe.loaded == want else f"loaded kernel module {probe.loaded or 'none'}",
+        want,
+    )
+    smi_problem = None
+    if probe.smi_rc != 0:
+        smi_problem = f"nvidia-smi fails: {probe.smi_error[:200]}"
+    elif set(probe.smi_versions) != {want}:
+        smi_problem = f"nvidia-smi reports {', '.join(sorted(set(probe.smi_versions)))}"
+    elif len(probe.smi_uuids) != gpu_count:
+        smi_problem = f"nvidia-smi sees {len(probe.smi_uuids)} GPUs, expected {gpu_count}"
+    elif not expected_uuids <= set(probe.smi_uuids):
+        smi_problem = "GPUs missing: " + ", ".join(sorted(expected_uuids - set(probe.smi_uuids)))
+    _check(checks, "nvidia-smi sees every GPU", smi_problem, f"{gpu_count} GPUs at {want}")
+    health = dcgmi.health_verdict(probe.health_output, probe.health_rc)
+    _check(checks, "dcgmi health", None if health.ok else _short(health), health.summary)
+    if probe.diag_rc is not None:
+        diag = dcgmi.diag_verdict(probe.diag_output, probe.diag_rc)
+        _check(
+            checks, f"dcgmi diag -r {diag_level}", None if diag.ok else _short(diag), diag.summary
+        )
+    return checks
+
+
+def _short(verdict: dcgmi.Verdict, limit: int = 600) -> str:
+    text = str(verdict)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _exporter(ctl: Rollout, host: str, want: str) -> str | None:

@@ -55,7 +55,10 @@ def test_unverified_fields_are_listed_exactly_for_community_and_unverified_entri
     listed = entry.get("unverified") or []
     assert bool(listed) == (entry["tag"] in ("C", "U"))
     for name in listed:
-        assert name == "*" or name in entry, f"{path}: unverified names a missing field {name}"
+        field, _, key = name.partition("/")  # "names/Tesla V100-PCIE-16GB": one name of names
+        assert name == "*" or (field in entry and (not key or key in entry[field])), (
+            f"{path}: unverified names a missing field {name}"
+        )
 
 
 def test_every_section_the_rules_read_is_cited():
@@ -247,6 +250,25 @@ def test_loader_refuses_a_malformed_file_naming_file_and_line(case, edit, says, 
 # --- GPU names as facts report them --------------------------------------------------------
 
 GPU_NAMES = [
+    ("NVIDIA A800-SXM4-80GB", "A800"),
+    ("NVIDIA H800", "H800"),
+    ("NVIDIA H800 PCIe", "H800"),
+    ("NVIDIA H20", "H20"),
+    ("NVIDIA H20-3e", "H20"),
+    ("NVIDIA H200 NVL", "H200"),
+    ("NVIDIA GH200 144G HBM3e", "GH200"),
+    ("NVIDIA GB200", "GB200"),
+    ("NVIDIA B200", "B200"),
+    ("NVIDIA B300 SXM6 AC", "B300"),
+    ("NVIDIA GB300", "GB300"),
+    ("NVIDIA A40", "A40"),
+    ("NVIDIA A30", "A30"),
+    ("NVIDIA L4", "L4"),
+    ("NVIDIA L20", "L20"),
+    ("Tesla T4", "T4"),
+    ("NVIDIA T400", None),
+    ("A100-SXM4-40GB", "A100"),
+    ("NVIDIA A10M", None),
     ("Tesla V100-SXM2-32GB", "V100"),
     ("Tesla V100S-PCIE-32GB", "V100"),
     ("NVIDIA H100 80GB HBM3", "H100"),
@@ -271,6 +293,60 @@ GPU_NAMES = [
 @pytest.mark.parametrize(("name", "model"), GPU_NAMES, ids=[n or "empty" for n, _ in GPU_NAMES])
 def test_gpu_name_maps_to_its_model(name, model):
     assert model_from_gpu_name(name) == model
+
+
+# --- what each model says of itself ------------------------------------------------------------
+
+SOURCE_KEYS = set(RAW["sources"])
+CAPTURE_SOURCE = re.compile(r"capture ([^;]+)")
+
+
+def test_every_bracketed_source_of_the_models_is_declared():
+    for name, entry in RAW["gpu_models"].items():
+        texts = [entry["source"], *entry.get("names", {}).values()]
+        used = {k for t in texts for k in re.findall(r"\[([A-Z]+)\]", t) if not k.startswith("S")}
+        assert used <= SOURCE_KEYS | {"D", "X", "V", "C", "U"}, (name, used - SOURCE_KEYS)
+
+
+def test_every_name_says_where_it_is_seen_or_is_marked_unverified():
+    for model in M.models.values():
+        for shown in model.names:
+            where = model.name_sources[shown]
+            seen = "capture " in where or "[OGKM]" in where
+            assert seen or model.cite.covers(f"names/{shown}"), (model.name, shown)
+
+
+def test_a_name_said_to_be_in_a_capture_is_printed_there():
+    reality = pytest.importorskip("tests.reality")
+    for model in M.models.values():
+        for shown, where in model.name_sources.items():
+            for m in CAPTURE_SOURCE.finditer(re.sub(r"\s*\([^)]*\)", "", where)):
+                first, *others = [p.strip() for p in m.group(1).split(",")]
+                folder = first.rsplit("/", 1)[0]
+                for rel in (first, *(o if "/" in o else f"{folder}/{o}" for o in others)):
+                    assert shown in reality.capture_text(rel), (model.name, shown, rel)
+
+
+def test_a_model_whose_sensor_is_not_known_is_marked_unverified():
+    for model in M.models.values():
+        if model.memory_temp_sensor is None:
+            assert model.cite.covers("memory_temp_sensor"), model.name
+
+
+def test_mig_is_only_on_ampere_and_later():
+    for model in M.models.values():
+        if model.architecture in ("kepler", "maxwell", "pascal", "volta", "turing"):
+            assert not model.mig, model.name
+
+
+def test_the_issue_11_models_are_known_with_their_sensor_and_mig():
+    expect = {  # model: (memory_temp_sensor, mig)
+        "L40S": (False, False), "T4": (False, False), "A10": (False, False),
+        "H100": (True, True), "H200": (True, True), "A100": (True, True), "A800": (True, True),
+    }  # fmt: skip
+    assert {k: (M.models[k].memory_temp_sensor, M.models[k].mig) for k in expect} == expect
+    for name in ("L40", "L4", "A30", "A40", "H800", "H20", "GH200", "B200", "GB200"):
+        assert name in M.models
 
 
 def test_every_simulated_lab_gpu_maps_to_its_own_model():

@@ -126,3 +126,40 @@ def test_the_script_runs_on_a_real_machine_without_nvidia():
 def test_the_script_is_read_only_shell():
     for word in ("rm ", "apt-get", "modprobe", "systemctl ", "> /"):
         assert word not in FACTS_SCRIPT
+
+
+def test_nvml_mismatch_names_the_user_space_library_version():
+    f = facts_of(SMI_MISMATCH, PROC_OPEN, PKGS)
+    assert f.nvml_mismatch and f.nvml_library_version == "595.45.04"
+
+
+def test_another_nvidia_smi_failure_is_no_nvml_mismatch():
+    smi = (
+        "@@smi\nNVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"
+        "@@smi_rc\nrc=9\n"
+    )
+    f = facts_of(smi, PROC_OPEN, PKGS)
+    assert f.nvidia_smi == "error" and not f.nvml_mismatch and f.nvml_library_version is None
+    assert "couldn't communicate" in f.nvidia_smi_error
+
+
+@pytest.mark.parametrize(
+    ("mode", "enabled"), [("Enabled", True), ("Disabled", False), ("[N/A]", False)]
+)
+def test_mig_mode_is_kept_as_printed_and_read_as_enabled_or_not(mode, enabled):
+    smi = SMI_OK.replace("Disabled", mode, 1)
+    g = facts_of(smi, PROC_OPEN, PKGS).gpus[0]
+    assert (g.mig_mode, g.mig_enabled) == (mode, enabled)
+
+
+def test_memory_not_reported_is_none():
+    smi = SMI_OK.replace(", 81559,", ", [N/A],", 1)
+    assert facts_of(smi, PROC_OPEN, PKGS).gpus[0].memory_mib is None
+
+
+def test_gpumon_procfs_points_the_script_at_another_proc(tmp_path, monkeypatch):
+    (tmp_path / "driver/nvidia").mkdir(parents=True)
+    (tmp_path / "driver/nvidia/version").write_text(PROC_OPEN.split("\n", 1)[1])
+    monkeypatch.setenv("GPUMON_PROCFS", str(tmp_path))
+    f = gather(LocalConnection("controller"))
+    assert f.driver_loaded == "580.65.06" and f.kernel_module_flavour == "open"
