@@ -112,6 +112,11 @@ def _tags(text: str) -> frozenset[str]:
 @inventory_options
 @converge_options
 @click.option("--check", "check_mode", is_flag=True, help="Predict changes; write nothing.")
+@click.option(
+    "--allow-ha-degraded",
+    is_flag=True,
+    help="Restart a replica even when no other replica of its HA set serves.",
+)
 @output_option
 @input_errors_exit_2
 def up(
@@ -125,6 +130,7 @@ def up(
     roles_path: tuple[Path, ...],
     site: Path | None,
     check_mode: bool,
+    allow_ha_degraded: bool,
     output: str,
 ) -> None:
     """Converge every selected host to the state its roles describe."""
@@ -140,7 +146,11 @@ def up(
         )
     )
     report = session.converge(
-        check=check_mode, diff=diff, forks=forks, json_output=output == "json"
+        check=check_mode,
+        diff=diff,
+        forks=forks,
+        json_output=output == "json",
+        allow_ha_degraded=allow_ha_degraded,
     )
     sys.exit(report.exit_code)
 
