@@ -523,9 +523,9 @@ class Executor:
         what = " and ".join(w for w, _ in outages)
         return (
             f"refused on {state.name}: this would mean the {what}, while no other replica "
-            f"serves: {why}. Taking {state.name} down now would leave no replica of "
-            f"{state.name}, {names} serving; nothing was changed on {state.name}. Bring "
-            f"{names} back first, or run again with --allow-ha-degraded."
+            f"serves: {why}. Taking {state.name} down now would leave none of {state.name}, "
+            f"{names} serving; nothing was changed on {state.name}. Bring {names} back first, "
+            "or run again with --allow-ha-degraded."
         )
 
     def _unready_peers(self, state: _HostState, peers: dict[str, str]) -> dict[str, str]:
@@ -569,7 +569,13 @@ class Executor:
         module, args = task.module, task.args
         record = None
         owed_now = set(state.owed or {})
-        entries = [(h.role, n, task.name, h.module.baseline_script(h.args)) for n, h in notifies]
+        # Handlers already owed need no new record, unless their baseline must be taken again
+        # (a restart owed since an earlier change: the unit may have been restarted since).
+        entries = [
+            (h.role, n, task.name, h.module.baseline_script(h.args))
+            for n, h in notifies
+            if owed.key(h.role, n) not in owed_now or _has_baseline(h)
+        ]
         if entries and module.reports_change:
             record = owed.before_write(owed.record_script(entries, self._owed_dir), self._owed_dir)
         session = _WriteSession(

@@ -313,16 +313,25 @@ class SystemdUnit(Module):
 # Properties that say why a unit is not running, for errors (systemd.exec(5), systemd.service(5)).
 UNIT_FAILURE_PROPS = "ActiveState,SubState,Result,ExecMainCode,ExecMainStatus,NRestarts"
 JOURNAL_LINES = 20
+ERROR_LINES = 5
+ERROR_SCAN_LINES = 200
+_ERROR_WORDS = "error[: =]|fatal|panic|level=err"
 
 
 def unit_report_script(unit: str) -> str:
-    """Read-only shell printing a unit's state and last journal lines (for an error)."""
+    """Read-only shell printing a unit's state, the last error lines of its journal (a daemon's
+    error often comes before many lines of usage text) and its last journal lines, for an error.
+    The error lines are picked for the reader only; nothing is decided on them."""
     u = q(unit)
+    journal = f"journalctl -u {u} --no-pager"
     return (
         f"printf 'state of %s: ' {u}; "
         f"systemctl show -p {UNIT_FAILURE_PROPS} -- {u} 2>/dev/null | paste -sd ' ' -; "
+        f"printf 'last error lines in the journal of %s:\\n' {u}; "
+        f"{journal} -n {ERROR_SCAN_LINES} 2>&1 | grep -iE {q(_ERROR_WORDS)} "
+        f"| tail -n {ERROR_LINES} | sed 's/^/  /'; "
         f"printf 'last journal lines of %s:\\n' {u}; "
-        f"journalctl -u {u} -n {JOURNAL_LINES} --no-pager 2>&1 | sed 's/^/  /'"
+        f"{journal} -n {JOURNAL_LINES} 2>&1 | sed 's/^/  /'"
     )
 
 

@@ -390,6 +390,20 @@ def test_an_owed_handler_is_cleared_once_it_ran(tmp_path, owed_handlers_in_tmp):
     assert not any(t.handler for t in again.hosts["h1"].tasks)
 
 
+def test_the_owed_record_names_the_change_that_made_the_handler_owed(
+    tmp_path, owed_handlers_in_tmp
+):
+    from deployer import owed
+
+    run_owing(tmp_path, "v1", "good")
+    run_owing(tmp_path, "v2", "bad")  # the rules made the reload owed; the config failed
+    [entry] = owed.parse(
+        "".join(f"@@owed\n{p.read_text()}" for p in owed_handlers_in_tmp.glob("*.owed"))
+    ).values()
+    assert (entry.role, entry.handler, entry.by) == ("owing", "reload", "rules")
+    assert entry.since.endswith("Z")
+
+
 def test_an_owed_handler_that_fails_stays_owed(tmp_path):
     run_owing(tmp_path, "v1", "good")
     (tmp_path / "refuse-reload").write_text("")

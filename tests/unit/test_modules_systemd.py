@@ -383,4 +383,31 @@ def test_diagnose_reads_the_units_state_and_last_journal_lines() -> None:
     a = m.validate({"name": "prometheus", "state": "restarted"})
     conn = ScriptedConnection().on("journalctl", stdout="state of prometheus.service: x\n")
     assert m.diagnose(a, conn) == "state of prometheus.service: x"
-    assert "journalctl -u prometheus.service -n 20 --no-pager" in conn.commands[0]
+    assert "journalctl -u prometheus.service --no-pager -n 20" in conn.commands[0]
+
+
+def test_the_unit_report_puts_the_daemons_error_line_before_its_usage_text(tmp_path) -> None:
+    # Prometheus prints its flag error, then ~100 lines of usage: the error is no last line.
+    import subprocess
+
+    from deployer.modules.systemd import unit_report_script
+
+    usage = "".join(
+        f"prometheus[7]:   --flag{i}  above. One of: [debug, info, warn, error]\n"
+        for i in range(30)
+    )
+    journal = (
+        'prometheus[7]: Error parsing commandline arguments: not a valid duration string: "5x"\n'
+    )
+    for name, text in (
+        ("systemctl", "#!/bin/sh\necho ActiveState=activating; echo SubState=auto-restart\n"),
+        ("journalctl", f"#!/bin/sh\ncat <<'EOF'\n{journal}{usage}EOF\n"),
+    ):
+        (tmp_path / name).write_text(text)
+        (tmp_path / name).chmod(0o755)
+    script = f"PATH={tmp_path}:$PATH\n" + unit_report_script("prometheus.service")
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout
+    errors = out.split("last error lines in the journal of prometheus.service:\n")[1]
+    errors = errors.split("last journal lines")[0]
+    assert errors.strip().splitlines() == [journal.strip()]
+    assert "ActiveState=activating SubState=auto-restart" in out
