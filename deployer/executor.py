@@ -636,7 +636,7 @@ class Executor:
     ) -> None:
         """After a failed write: when the task's state is still what it was before, the handlers
         this write newly recorded as owed are not owed after all (nothing changed)."""
-        if not keys:
+        if not keys or not task.module.state_tells_writes(task.args):
             return
         try:
             raw = state.conn().run(task.module.read_script(task.args))

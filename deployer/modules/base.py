@@ -152,6 +152,11 @@ class Module:
         """
         return None
 
+    def state_tells_writes(self, args: dict[str, Any]) -> bool:
+        """Whether a read shows every effect of a write (so a failed write whose read is
+        unchanged changed nothing). False for a command with no guard: it may have done anything."""
+        return True
+
     def takes_down(self, args: dict[str, Any], obs: Observation) -> str | None:
         """What this task's write would take out of service, in words ("restart of
         prometheus.service"), when the write would stop a running service; None when it would

@@ -83,6 +83,9 @@ class Command(Module):
     def _guarded(self, args: dict[str, Any]) -> bool:
         return args.get("creates") is not None or args.get("unless") is not None
 
+    def state_tells_writes(self, args: dict[str, Any]) -> bool:
+        return self._guarded(args)
+
     def read_script(self, args: dict[str, Any]) -> str:
         lines = []
         if args.get("creates") is not None:

@@ -715,3 +715,23 @@ def test_check_mode_predicts_no_change_for_waits_and_quiet_commands(tmp_path):
         ("a quiet command", Status.OK, False),
     ]
     assert report.totals()["changed"] == 1
+
+
+def test_a_failed_unguarded_command_keeps_the_handlers_it_made_owed(tmp_path, owed_handlers_in_tmp):
+    # It may have changed something before it failed: no read can tell, so the handler stays owed.
+    play = Play(name="cmd", hosts="all", roles=("failing_command",))
+    role = tmp_path / "roles" / "failing_command"
+    (role / "tasks").mkdir(parents=True)
+    (role / "handlers").mkdir()
+    (role / "tasks" / "main.yml").write_text(
+        "- name: half a migration\n  command:\n    cmd: 'touch "
+        f"{tmp_path}/half; false'\n    changed_when: true\n  notify: after\n"
+    )
+    (role / "handlers" / "main.yml").write_text(
+        f"- name: after\n  command:\n    cmd: 'touch {tmp_path}/after'\n    changed_when: true\n"
+    )
+    planner = Planner(FakeInventory({"h1": {}}), [tmp_path / "roles"], None)
+    planner.load_roles((play,))
+    report = Executor(lambda h: LocalConnection(h)).run([planner.plan_host("h1", [play])], (play,))
+    assert report.hosts["h1"].failed and (tmp_path / "half").exists()
+    assert len(list(owed_handlers_in_tmp.glob("*.owed"))) == 1
