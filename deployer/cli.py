@@ -151,6 +151,11 @@ def _tags(text: str) -> frozenset[str]:
 @converge_options
 @click.option("--check", "check_mode", is_flag=True, help="Predict changes; write nothing.")
 @out_of_service_option
+@click.option(
+    "--allow-ha-degraded",
+    is_flag=True,
+    help="Restart a replica even when no other replica of its HA set serves.",
+)
 @output_option
 @input_errors_exit_2
 def up(
@@ -165,6 +170,7 @@ def up(
     site: Path | None,
     check_mode: bool,
     out_of_service: bool,
+    allow_ha_degraded: bool,
     output: str,
 ) -> None:
     """Converge every selected host to the state its roles describe (a loaded NVIDIA driver is
@@ -186,6 +192,7 @@ def up(
         forks=forks,
         json_output=output == "json",
         out_of_service=out_of_service,
+        allow_ha_degraded=allow_ha_degraded,
     )
     sys.exit(report.exit_code)
 

@@ -3,8 +3,19 @@
 Per host and play: all read scripts go to the host in one round trip; each task then compares
 desired with actual, writes only the difference (never in check mode), and reads again to prove
 it. A write outdates every read taken before it: the read that proves a write also reads the next
-task, and a task left without a current read is read again, batched with the tasks after it. Handlers run once per host after the play's roles, in handler-file order. One host's failure
+task, and a task left without a current read is read again, batched with the tasks after it.
+Handlers run once per host after the play's roles, in handler-file order. One host's failure
 or unreachability never stops the others.
+
+Two guarantees hold across runs and replicas:
+
+- A handler a change notified is owed until it ran successfully: the owed handler is recorded
+  on the host before the change (deployer/owed.py) and cleared after it ran, and every run reads
+  the record first, so a run that stopped after a change (a failed task, a lost controller)
+  leaves the next run on that host to run it, even when that run changes nothing.
+- A task with ``ha_peers`` (a restart of one replica of an HA pair) never takes its service down
+  while no peer answers its readiness URL (that would leave no replica serving); nor is a change
+  made whose notified handler would then do so. ``allow_ha_degraded`` lifts this.
 """
 
 from __future__ import annotations
@@ -17,9 +28,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from deployer import owed
 from deployer.connection import CommandFailed, CommandResult, Connection
 from deployer.errors import HostUnreachable
-from deployer.modules.base import ContentDiff, Observation
+from deployer.modules.base import ContentDiff, Observation, q, run_checked
 from deployer.plan import HostPlan, HostPlay, PlannedTask
 from deployer.results import RunReport, Status, TaskResult
 from deployer.roles import Play
@@ -33,6 +45,8 @@ READ_RETRY_DELAY_S = 1.0
 # with up to this many tasks after it (a cold run changes most tasks: a bigger batch would mostly
 # be read again after the next write).
 REREAD_BATCH = 8
+# At most this many lines of a composed failure message (a unit's state and journal lines).
+FAILURE_LINES = 40
 
 
 class Events(Protocol):
@@ -85,15 +99,26 @@ class _WriteSession(_ReadSession):
     tasks; ``reads`` keeps the reads that followed the last write command.
     """
 
-    def __init__(self, host: _HostState, then_read: list[PlannedTask] | None = None) -> None:
+    def __init__(
+        self,
+        host: _HostState,
+        then_read: list[PlannedTask] | None = None,
+        first: str | None = None,
+    ) -> None:
         super().__init__(host)
         self._scripts = [t.module.read_script(t.args) for t in then_read or []]
         self.reads: list[CommandResult | None] | None = None
+        # Shell that runs before the first write command, in the same round trip (the record
+        # of the handlers this write will owe); ``first_ran`` says whether it went out.
+        self._first = first
+        self.first_ran = False
 
     def run(
         self, command: str, *, stdin: bytes | None = None, timeout: float | None = None
     ) -> CommandResult:
         self.reads = None
+        if self._first is not None:
+            command, self._first, self.first_ran = self._first + command, None, True
         if not self._scripts:
             return super().run(command, stdin=stdin, timeout=timeout)
         token = pyrandom.token_hex(8)
@@ -121,6 +146,10 @@ class _HostState:
         self.name = name
         self._connector = connector
         self._conn: Connection | None = None
+        # The host's owed handlers by owed.key (None until read, once per run), and those
+        # that were owed when this run began (an earlier run's).
+        self.owed: dict[str, owed.OwedHandler] | None = None
+        self.owed_at_start: dict[str, owed.OwedHandler] = {}
 
     def conn(self) -> Connection:
         if self._conn is None:
@@ -154,10 +183,14 @@ def batch_read(conn: Connection, tasks: list[PlannedTask]) -> list[CommandResult
 
     A task whose part of the output cannot be found gets None and is read again on its own.
     """
-    if not tasks:
+    return batch_run(conn, [t.module.read_script(t.args) for t in tasks])
+
+
+def batch_run(conn: Connection, scripts: list[str]) -> list[CommandResult | None]:
+    """Run read-only ``scripts`` in one command; split the output per script (None: not found)."""
+    if not scripts:
         return []
     token = pyrandom.token_hex(8)
-    scripts = [t.module.read_script(t.args) for t in tasks]
     result = conn.run(_batch_script(scripts, token))
     return _split_batch(result.stdout, scripts, token)
 
@@ -194,10 +227,15 @@ class Executor:
     diff: bool = False
     forks: int = DEFAULT_FORKS
     events: Events = NoEvents()  # noqa: RUF009 - stateless default
+    # Where each host keeps its owed handlers (None: deployer/owed.py's OWED_DIR).
+    owed_dir: str | None = None
+    # Take a service with HA peers down even when a peer does not serve (--allow-ha-degraded).
+    allow_ha_degraded: bool = False
 
     def __post_init__(self) -> None:
         self._hosts: dict[str, _HostState] = {}
         self._lock = threading.Lock()
+        self._owed_dir: str = self.owed_dir or owed.OWED_DIR
 
     def run(
         self,
@@ -264,14 +302,27 @@ class Executor:
     def _converge(self, state: _HostState, hp: HostPlay, hreport: Any) -> None:
         # state.conn() every time, never kept: a task (a reboot) may replace the connection.
         module_tasks = [t for t in hp.tasks if not t.flush_handlers]
-        # Reads no write has outdated yet, by task: all of the play's, in one round trip first.
+        # Reads no write has outdated yet, by task: all of the play's, in one round trip first
+        # (with the host's owed handlers, the first time this run reads the host).
         # After a write, the read that verifies it also reads the next task; a task with no
         # current read gets one batched with the tasks after it (see REREAD_BATCH).
+        scripts = [t.module.read_script(t.args) for t in module_tasks]
+        first_on_host = state.owed is None
+        if first_on_host:
+            scripts.insert(0, owed.read_script(self._owed_dir))
+        reads = batch_run(state.conn(), scripts)
+        if first_on_host:
+            raw = reads.pop(0) or state.conn().run(owed.read_script(self._owed_dir))
+            state.owed = owed.parse(raw.stdout) if raw.rc == 0 else {}
+            state.owed_at_start = dict(state.owed)
         current: dict[int, CommandResult | None] = dict(
-            zip(map(id, module_tasks), batch_read(state.conn(), module_tasks), strict=True)
+            zip(map(id, module_tasks), reads, strict=True)
         )
         changed_before = False
-        notified: set[str] = set()
+        # Handlers an earlier run owes this play's roles run as if notified now.
+        notified: set[str] = {
+            name for name, h in hp.handlers.items() if owed.key(h.role, name) in (state.owed or {})
+        }
         for pos, task in enumerate(hp.tasks):
             if task.flush_handlers:
                 ran = bool(notified)
@@ -294,6 +345,7 @@ class Executor:
                 changed_before,
                 lookahead=_upcoming(hp.tasks, pos + 1, 1),
                 after_write=after_write,
+                notifies=[(n, hp.handlers[n]) for n in task.notify],
             )
             if result.wrote:
                 current = after_write
@@ -310,17 +362,47 @@ class Executor:
     def _run_handlers(
         self, state: _HostState, hp: HostPlay, notified: set[str], hreport: Any
     ) -> bool:
-        """Run the notified handlers in handler-file order; False when one failed."""
-        for name in hp.handler_order:
-            if name not in notified:
-                continue
-            result = self._run_task(state, hp.handlers[name], None, True, forced=True)
+        """Run the notified handlers in handler-file order, then clear those that succeeded
+        from the host's owed handlers; False when one failed (it stays owed)."""
+        names = [n for n in hp.handler_order if n in notified]
+        if not names:
+            return True
+        keys = {n: owed.key(hp.handlers[n].role, n) for n in names}
+        if not self.check and any(_has_baseline(hp.handlers[n]) for n in names):
+            # The baselines recorded before this run's changes (an owed restart needs its own).
+            raw = state.conn().run(owed.read_script(self._owed_dir))
+            if raw.rc == 0:
+                state.owed = owed.parse(raw.stdout)
+        entries = state.owed or {}
+        done: list[str] = []
+        ok = True
+        for name in names:
+            handler, entry = hp.handlers[name], entries.get(keys[name])
+            result = self._run_task(
+                state,
+                handler,
+                None,
+                True,
+                forced=not _has_baseline(handler),
+                baseline=entry.baseline if entry is not None else None,
+            )
+            earlier = state.owed_at_start.get(keys[name])
+            if earlier is not None:
+                result.owed_since = earlier.since
             hreport.tasks.append(result)
             self.events.task_done(result)
             if result.status == Status.FAILED:
                 hreport.failed = True
-                return False
-        return True
+                ok = False
+                break
+            done.append(keys[name])
+        cleared = [k for k in done if k in entries]
+        if cleared and not self.check:
+            state.conn().run(owed.clear_script(cleared, self._owed_dir))
+            for k in cleared:
+                entries.pop(k, None)
+                state.owed_at_start.pop(k, None)
+        return ok
 
     def _run_task(
         self,
@@ -330,8 +412,10 @@ class Executor:
         after_change: bool,
         *,
         forced: bool = False,
+        baseline: str | None = None,
         lookahead: list[PlannedTask] | None = None,
         after_write: dict[int, CommandResult | None] | None = None,
+        notifies: list[tuple[str, PlannedTask]] | None = None,
     ) -> TaskResult:
         self.events.task_started(state.name, task)
         started = time.monotonic()
@@ -345,44 +429,49 @@ class Executor:
             source=task.where,
         )
         module, args = task.module, task.args
+        # Check mode predicts what the real run would report: a task whose module never reports
+        # a change (a wait, an assertion, a changed_when: false command) predicts none.
+        predicted = Status.CHANGED if module.reports_change else Status.OK
         read_session = _ReadSession(state)
         try:
             raw = pre_read
             if raw is None or raw.rc != 0:
                 # Batched reads drop stderr; read again alone to have the error to report.
                 raw = read_session.run(module.read_script(args))
-            obs, read_error = _try_observe(task, raw)
+            obs, read_error = _try_observe(task, raw, baseline=baseline)
             if obs is None and not (self.check and after_change):
                 # A read can fail for a moment (systemd busy right after a daemon-reload):
                 # reading has no side effects, so read again, a bounded number of times.
                 for _ in range(READ_ATTEMPTS - 1):
                     time.sleep(READ_RETRY_DELAY_S)
                     raw = read_session.run(module.read_script(args))
-                    obs, read_error = _try_observe(task, raw)
+                    obs, read_error = _try_observe(task, raw, baseline=baseline)
                     if obs is not None:
                         break
             if obs is None or raw.rc != 0:
                 if self.check and after_change:
-                    result.status, result.predicted = Status.CHANGED, True
+                    result.status, result.predicted = predicted, module.reports_change
                     result.error = None
                     return self._finish(result, started)
                 raise CommandFailed(raw) if read_error is None else ValueError(read_error)
             if obs.in_desired_state and not forced:
                 return self._finish(result, started)
-            result.differences = self._masked_differences(task, obs)
-            if self.diff:
-                result.content_diff = self._masked_content(
-                    task, module.content_diff(args, read_session, obs)
-                )
+            refusal = self._ha_refusal(state, task, obs, notifies or [])
+            if refusal is not None:
+                result.status, result.error = Status.FAILED, mask_text(refusal)
+                return self._finish(result, started)
+            if module.reports_change:
+                result.differences = self._masked_differences(task, obs)
+                if self.diff:
+                    result.content_diff = self._masked_content(
+                        task, module.content_diff(args, read_session, obs)
+                    )
             if self.check:
-                result.status, result.predicted = Status.CHANGED, True
+                result.status, result.predicted = predicted, module.reports_change
                 return self._finish(result, started)
             result.wrote = True
-            self._write(state, task, obs, lookahead or [], after_write)
-            if not module.reports_change:
-                result.differences = {}
-                result.content_diff = None
-            result.status = Status.CHANGED if module.reports_change else Status.OK
+            self._write(state, task, obs, lookahead or [], after_write, notifies or [])
+            result.status = predicted
         except HostUnreachable:
             raise
         except CommandFailed as exc:
@@ -393,6 +482,77 @@ class Executor:
             result.error = mask_text(f"{type(exc).__name__}: {exc}")
         return self._finish(result, started)
 
+    # ---- the HA invariant ----------------------------------------------------------------
+    def _ha_refusal(
+        self,
+        state: _HostState,
+        task: PlannedTask,
+        obs: Observation,
+        notifies: list[tuple[str, PlannedTask]],
+    ) -> str | None:
+        """Why this write must not happen now: it would take down (or its notified handler
+        would then take down) a service whose HA peers do not all serve; None when it may."""
+        if self.allow_ha_degraded:
+            return None
+        outages: list[tuple[str, PlannedTask]] = []
+        if task.ha_peers:
+            what = task.module.takes_down(task.args, obs)
+            if what is not None:
+                outages.append((what, task))
+        guarded = [(n, h) for n, h in notifies if h.ha_peers]
+        if guarded:
+            # What each such handler would do if it ran now (its baseline would be now).
+            reads = batch_read(state.conn(), [h for _, h in guarded])
+            for (name, handler), raw in zip(guarded, reads, strict=True):
+                hobs, _ = _try_observe(handler, raw) if raw is not None else (None, None)
+                what = (
+                    handler.module.takes_down(handler.args, hobs)
+                    if hobs is not None
+                    else f"handler {name!r} (its state could not be read)"
+                )
+                if what is not None:
+                    outages.append((f"{what}, by handler {name!r}", handler))
+        if not outages:
+            return None
+        peers = dict(p for _, t in outages for p in t.ha_peers)
+        unready = self._unready_peers(state, peers)
+        if len(unready) < len(peers):
+            return None  # another replica serves: this one may go down for a moment
+        names = ", ".join(sorted(unready))
+        why = "; ".join(f"{peer} ({peers[peer]}: {reason})" for peer, reason in unready.items())
+        what = " and ".join(w for w, _ in outages)
+        return (
+            f"refused on {state.name}: this would mean the {what}, while no other replica "
+            f"serves: {why}. Taking {state.name} down now would leave none of {state.name}, "
+            f"{names} serving; nothing was changed on {state.name}. Bring {names} back first, "
+            "or run again with --allow-ha-degraded."
+        )
+
+    def _unready_peers(self, state: _HostState, peers: dict[str, str]) -> dict[str, str]:
+        """Peers whose readiness URL does not answer 2xx (probed from this host), and why."""
+        lines = [
+            f"hc=$(curl -s -o /dev/null --max-time 5 -w '%{{http_code}}' -- {q(url)} "
+            f"2>/dev/null); printf '%s %s %s\\n' {q(peer)} $? \"$hc\""
+            for peer, url in peers.items()
+        ]
+        result = state.conn().run("\n".join(lines))
+        answers = {}
+        for line in result.stdout.splitlines():
+            parts = line.split()
+            if len(parts) >= 2:
+                answers[parts[0]] = (parts[1], parts[2] if len(parts) > 2 else "000")
+        unready: dict[str, str] = {}
+        for peer in peers:
+            rc, code = answers.get(peer, ("?", "000"))
+            if code.isdigit() and 200 <= int(code) < 300:
+                continue
+            if code not in ("", "000"):
+                unready[peer] = f"HTTP {code}"
+            else:
+                unready[peer] = _CURL_ERRORS.get(rc, f"no answer (curl exit {rc})")
+        return unready
+
+    # ---- the write side ------------------------------------------------------------------
     def _write(
         self,
         state: _HostState,
@@ -400,13 +560,41 @@ class Executor:
         obs: Observation,
         lookahead: list[PlannedTask],
         after_write: dict[int, CommandResult | None] | None,
+        notifies: list[tuple[str, PlannedTask]],
     ) -> None:
         """Write, then read again to prove it; that read also reads ``lookahead`` (the next
-        tasks, whose reads the write may have outdated) into ``after_write``."""
+        tasks, whose reads the write may have outdated) into ``after_write``. The handlers the
+        task notifies are recorded as owed on the host before the write changes anything."""
         assert not self.check, "the write side must never run in check mode"
         module, args = task.module, task.args
-        session = _WriteSession(state, [task, *lookahead] if module.write_then_read else None)
-        module.write(session, args, obs)
+        record = None
+        owed_now = set(state.owed or {})
+        # Handlers already owed need no new record, unless their baseline must be taken again
+        # (a restart owed since an earlier change: the unit may have been restarted since).
+        entries = [
+            (h.role, n, task.name, h.module.baseline_script(h.args))
+            for n, h in notifies
+            if owed.key(h.role, n) not in owed_now or _has_baseline(h)
+        ]
+        if entries and module.reports_change:
+            record = owed.before_write(owed.record_script(entries, self._owed_dir), self._owed_dir)
+        session = _WriteSession(
+            state, [task, *lookahead] if module.write_then_read else None, first=record
+        )
+        try:
+            module.write(session, args, obs)
+            if record is not None and not session.first_ran:
+                # A write that ran no command of its own: the record still goes out before
+                # the task is reported changed (and its handlers notified).
+                run_checked(session, "true")
+        except Exception:
+            if session.first_ran:
+                new = [owed.key(r, n) for r, n, _, _ in entries if owed.key(r, n) not in owed_now]
+                self._withdraw_if_unchanged(state, task, obs, new)
+            raise
+        if record is not None and state.owed is not None:
+            for role, name, by, _ in entries:
+                state.owed[owed.key(role, name)] = owed.OwedHandler(role, name, "", by, None)
         after, error = None, None
         for attempt in range(READ_ATTEMPTS):
             if attempt:
@@ -422,7 +610,7 @@ class Executor:
                 raw = verify if verify is not None and verify.rc == 0 else None
             if raw is None:
                 raw = state.conn().run(module.read_script(args))
-            after, error = _try_observe(task, raw)
+            after, error = _try_observe(task, raw, before=obs)
             if after is not None:
                 break
         if after is None:
@@ -432,9 +620,34 @@ class Executor:
                 f"{k}: {_show(task, k, v[0])} (want {_show(task, k, v[1])})"
                 for k, v in self._masked_differences(task, after).items()
             )
-            raise CommandFailed(
-                CommandResult("", 1, "", f"state still differs after apply: {still}")
-            )
+            message = f"state still differs after apply: {still}"
+            try:
+                found = module.diagnose(args, _ReadSession(state))
+            except HostUnreachable:
+                raise
+            except Exception:  # the diagnosis is a courtesy; the failure stands without it
+                found = None
+            if found:
+                message += f"\n{found}"
+            raise CommandFailed(CommandResult("", 1, "", message))
+
+    def _withdraw_if_unchanged(
+        self, state: _HostState, task: PlannedTask, obs: Observation, keys: list[str]
+    ) -> None:
+        """After a failed write: when the task's state is still what it was before, the handlers
+        this write newly recorded as owed are not owed after all (nothing changed)."""
+        if not keys or not task.module.state_tells_writes(task.args):
+            return
+        try:
+            raw = state.conn().run(task.module.read_script(task.args))
+            after, _ = _try_observe(task, raw)
+            if after is not None and after.actual == obs.actual:
+                state.conn().run(owed.clear_script(keys, self._owed_dir))
+                return
+        except HostUnreachable:
+            raise
+        except Exception:  # keep the record: a handler run once too often is the safe side
+            return
 
     def _masked_differences(self, task: PlannedTask, obs: Observation) -> dict[str, Any]:
         return {
@@ -470,14 +683,36 @@ def _upcoming(tasks: list[PlannedTask], start: int, limit: int) -> list[PlannedT
     return out
 
 
-def _try_observe(task: PlannedTask, raw: CommandResult) -> tuple[Observation | None, str | None]:
+def _try_observe(
+    task: PlannedTask,
+    raw: CommandResult,
+    *,
+    before: Observation | None = None,
+    baseline: str | None = None,
+) -> tuple[Observation | None, str | None]:
     """The observation from a read, or None and why not (a failed read or unparsable output)."""
     if raw.rc != 0:
         return None, None
     try:
-        return task.module.observe(task.args, raw), None
+        return task.module.observe(task.args, raw, before=before, baseline=baseline), None
     except (ValueError, KeyError) as exc:
         return None, f"cannot read state: {exc}"
+
+
+def _has_baseline(task: PlannedTask) -> bool:
+    """Whether a handler's module judges an owed action by its state (a restart since)."""
+    return task.module.baseline_script(task.args) is not None
+
+
+# curl's exit statuses a readiness probe meets (curl(1), EXIT CODES).
+_CURL_ERRORS = {
+    "6": "cannot resolve the host",
+    "7": "connection refused or host unreachable",
+    "28": "timed out",
+    "35": "TLS handshake failed",
+    "52": "empty reply",
+    "56": "connection reset",
+}
 
 
 def _show(task: PlannedTask, key: str, value: Any) -> str:
@@ -487,5 +722,7 @@ def _show(task: PlannedTask, key: str, value: Any) -> str:
 def _describe_failure(exc: CommandFailed) -> str:
     r = exc.result
     text = (r.stderr.strip() or r.stdout.strip()).splitlines()
-    tail = "\n".join(text[-5:])
-    return f"rc={r.rc}: {tail}" if r.command else tail
+    if not r.command:
+        # A message a module or the engine composed (a unit's journal lines, say): all of it.
+        return "\n".join(text[-FAILURE_LINES:])
+    return f"rc={r.rc}: " + "\n".join(text[-5:])

@@ -1,8 +1,10 @@
 """The plan: every host's concrete task list, built and validated before any connection.
 
 For each play and each selected host: variables resolved (role defaults < group vars < host vars
-< extra vars), ``when`` evaluated, loops expanded, arguments rendered and checked by the module,
-files read and templates rendered. Anything wrong is an InputError naming the role file and line.
+< extra vars), the roles' flag variables checked against their daemons' formats, ``when``
+evaluated, loops expanded, arguments rendered and checked by the module, files read and templates
+rendered, HA peers resolved. Anything wrong is an InputError naming the role file and line, or the
+variable, where it was set, and the host.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import Any
 from deployer.errors import InputError
 from deployer.modules import MODULES
 from deployer.modules.base import ArgError, Module, PrepareContext
-from deployer.roles import META, Play, Role, Task, load_role
+from deployer.roles import META, Play, Role, Task, VariableSpec, load_role
+from deployer.secrets import mask_text
 from deployer.templating import Renderer, TemplatedVars, make_environment
+from deployer.varformats import FORMATS
 
 ALWAYS = "always"
 
@@ -35,6 +39,9 @@ class PlannedTask:
     notify: tuple[str, ...] = ()
     secret_args: frozenset[str] = frozenset()
     handler: bool = False
+    # (peer host, readiness URL): the engine takes this task's service down only while every
+    # peer answers (deployer/executor.py, the HA invariant).
+    ha_peers: tuple[tuple[str, str], ...] = ()
 
     @property
     def flush_handlers(self) -> bool:
@@ -162,6 +169,8 @@ class Planner:
             order: list[str] = []
             for role_name in play.roles:
                 role = self.role(role_name)
+                for spec in role.variables:
+                    self._check_variable(host, spec, variables)
                 for task in role.tasks:
                     if not self._selected(task, play):
                         continue
@@ -185,6 +194,76 @@ class Planner:
                 HostPlay(play=play, tasks=tasks, handlers=handlers, handler_order=order)
             )
         return plan
+
+    def _check_variable(self, host: str, spec: VariableSpec, variables: Mapping[str, Any]) -> None:
+        """A flag variable's value, as the host's tasks see it, in its daemon's format."""
+        if spec.name not in variables:
+            return
+        value = variables[spec.name]
+        values = value if spec.elements and isinstance(value, list) else [value]
+        if spec.elements and not isinstance(value, list):
+            why = f"must be a list, got {type(value).__name__}"
+        else:
+            why = None
+            for v in values:
+                text = "" if v is None else str(v)
+                if spec.allow_empty and text == "":
+                    continue
+                why = FORMATS[spec.format](text)
+                if why is not None:
+                    break
+        if why is None:
+            return
+        found = getattr(self.inventory.hosts.get(host), "origins", {}).get(spec.name)
+        where = f"set at {found}" if found else "the role default"
+        flag = f" (the daemon's {spec.description})" if spec.description else ""
+        raise InputError(
+            mask_text(f"on host {host}: {value!r} is refused{flag}: {why}; {where}"),
+            source=spec.source,
+            line=spec.line,
+            key=spec.name,
+        )
+
+    def _ha_peers(
+        self, task: Task, scope: Mapping[str, Any], host: str
+    ) -> tuple[tuple[str, str], ...]:
+        """The task's HA peers (other than ``host``) with each one's readiness URL."""
+        spec = task.ha_peers
+        hosts = self.renderer.render_value(
+            spec["hosts"], scope, task.source, task.line, "ha_peers.hosts"
+        )
+        if isinstance(hosts, str):
+            hosts = [hosts]
+        if not isinstance(hosts, (list, tuple)) or not all(isinstance(h, str) for h in hosts):
+            raise InputError(
+                f"ha_peers.hosts must give a list of host names, got {hosts!r}",
+                source=task.source,
+                line=task.line,
+                key="ha_peers.hosts",
+            )
+        out = []
+        for peer in hosts:
+            if peer == host:
+                continue
+            if peer not in self.inventory.hosts:
+                raise InputError(
+                    f"HA peer {peer!r} of {host} is not in the inventory",
+                    source=task.source,
+                    line=task.line,
+                    key="ha_peers.hosts",
+                )
+            url = self.renderer.render_value(
+                spec["url"], ChainMap({"peer": peer}, scope), task.source, task.line, "ha_peers.url"
+            )
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                raise InputError(
+                    f"ha_peers.url must render to an http(s) URL, got {url!r}",
+                    source=task.source,
+                    line=task.line,
+                    key="ha_peers.url",
+                )
+            out.append((peer, url))
+        return tuple(out)
 
     def _selected(self, task: Task, play: Play) -> bool:
         tags = task.tags | play.tags
@@ -260,6 +339,11 @@ class Planner:
             notify=task.notify,
             secret_args=frozenset(module.secret_args(args)),
             handler=handler,
+            ha_peers=(
+                self._ha_peers(task, scope, str(scope["inventory_hostname"]))
+                if task.ha_peers is not None
+                else ()
+            ),
         )
 
     def _prepare_context(self, role: Role, task: Task, scope: Mapping[str, Any]) -> PrepareContext:

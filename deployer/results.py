@@ -34,6 +34,9 @@ class TaskResult:
     handler: bool = False
     source: str | None = None
     wrote: bool = False  # the write side ran (a changed_when: false task writes and stays ok)
+    # A handler an earlier run owed this host (its change was made, the handler never ran):
+    # when it became owed, the host's UTC time.
+    owed_since: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -53,6 +56,8 @@ class TaskResult:
             out["predicted"] = True
         if self.handler:
             out["handler"] = True
+        if self.owed_since is not None:
+            out["owed_since"] = self.owed_since
         if self.differences:
             out["differences"] = self.differences
         if self.content_diff is not None:

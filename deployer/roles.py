@@ -1,8 +1,15 @@
 """Roles and the site file: loading ``roles/<role>/{defaults,tasks,handlers}/main.yml`` and plays.
 
-A task is one module with its arguments plus optional ``name``, ``when``, ``loop``, ``notify`` and
-``tags``. Loading checks the structure and that every module exists; argument checks happen when
-the plan is built, also before any connection. Every error names the role file and line.
+A task is one module with its arguments plus optional ``name``, ``when``, ``loop``, ``notify``,
+``tags`` and ``ha_peers`` (``{hosts: [...], url: ...}``: the other replicas of this service and
+the readiness URL of each, rendered with ``peer`` bound to its name; the engine never takes the
+service down while one of them does not answer). Loading checks the structure and that every
+module exists; argument checks happen when the plan is built, also before any connection. Every
+error names the role file and line.
+
+``meta/argument_specs.yml`` (Ansible's layout: ``argument_specs.main.options``) lists variables
+whose values must have a format (deployer/varformats.py): the flags a role passes to its daemon,
+checked for every host before any connection.
 """
 
 from __future__ import annotations
@@ -13,9 +20,13 @@ from typing import Any
 
 from deployer.errors import InputError
 from deployer.modules import MODULES
+from deployer.varformats import FORMATS
 from deployer.yamlsrc import SourceDict, load_yaml_file
 
-TASK_KEYWORDS = {"name", "when", "loop", "loop_var", "notify", "tags"}
+TASK_KEYWORDS = {"name", "when", "loop", "loop_var", "notify", "tags", "ha_peers"}
+HA_PEERS_KEYS = ("hosts", "url")
+# The keys of one option in meta/argument_specs.yml (Ansible's, plus format and allow_empty).
+SPEC_KEYS = {"type", "elements", "format", "allow_empty", "description", "required", "default"}
 # ``- meta: flush_handlers`` runs the handlers notified so far, here, instead of after the role
 # (so a verification after it sees the restarted service). The only meta action there is.
 META = "meta"
@@ -39,6 +50,20 @@ class Task:
     loop_var: str = "item"
     notify: tuple[str, ...] = ()
     tags: frozenset[str] = frozenset()
+    ha_peers: Any = None  # {hosts, url}, unrendered
+
+
+@dataclass(frozen=True)
+class VariableSpec:
+    """A role variable whose value (or, for a list, each element) must have ``format``."""
+
+    name: str
+    format: str
+    elements: bool = False
+    allow_empty: bool = False
+    description: str = ""
+    source: str = ""
+    line: int | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +73,7 @@ class Role:
     defaults: dict[str, Any]
     tasks: tuple[Task, ...]
     handlers: tuple[Task, ...]
+    variables: tuple[VariableSpec, ...] = ()
 
     def find(self, kind: str, relative: str, shared_templates: Path | None) -> Path | None:
         """A role file (``files``/``templates``), falling back to the shared templates dir."""
@@ -171,6 +197,18 @@ def parse_task(role: str, data: Any, source: str, index: int) -> Task:
             line=data.line_of("loop_var"),
             key="loop_var",
         )
+    ha_peers = data.get("ha_peers")
+    if ha_peers is not None and (
+        not isinstance(ha_peers, dict)
+        or sorted(ha_peers) != sorted(HA_PEERS_KEYS)
+        or not isinstance(ha_peers["url"], str)
+    ):
+        raise InputError(
+            "ha_peers must be a mapping {hosts: <peer host names>, url: <readiness URL of peer>}",
+            source=source,
+            line=data.line_of("ha_peers"),
+            key="ha_peers",
+        )
     return Task(
         role=role,
         name=name,
@@ -183,6 +221,7 @@ def parse_task(role: str, data: Any, source: str, index: int) -> Task:
         loop_var=loop_var,
         notify=tuple(notify),
         tags=_tags(data.get("tags"), source, data.line_of("tags"), "tags"),
+        ha_peers=ha_peers,
     )
 
 
@@ -219,7 +258,64 @@ def load_role(roles_path: list[Path], name: str) -> Role:
                 f"duplicate handler name {h.name!r}", source=h.source, line=h.line, key="name"
             )
         seen[h.name] = h
-    return Role(name=name, path=path, defaults=dict(defaults), tasks=tasks, handlers=handlers)
+    variables = _variable_specs(path / "meta" / "argument_specs.yml")
+    return Role(
+        name=name,
+        path=path,
+        defaults=dict(defaults),
+        tasks=tasks,
+        handlers=handlers,
+        variables=variables,
+    )
+
+
+def _variable_specs(path: Path) -> tuple[VariableSpec, ...]:
+    if not path.exists():
+        return ()
+    source = str(path)
+    data = load_yaml_file(path)
+    main = data.get("argument_specs", {}).get("main") if isinstance(data, dict) else None
+    options = main.get("options") if isinstance(main, dict) else None
+    if not isinstance(options, dict):
+        raise InputError("expected argument_specs: {main: {options: {...}}}", source=source, line=1)
+    specs = []
+    for name, spec in options.items():
+        line = options.line_of(name) if isinstance(options, SourceDict) else None
+        if not isinstance(spec, dict):
+            raise InputError("an option must be a mapping", source=source, line=line, key=name)
+        unknown = sorted(set(spec) - SPEC_KEYS)
+        if unknown:
+            raise InputError(
+                f"unknown option key {unknown[0]!r}", source=source, line=line, key=name
+            )
+        fmt = spec.get("format")
+        if fmt not in FORMATS:
+            raise InputError(
+                f"format must be one of {', '.join(sorted(FORMATS))}",
+                source=source,
+                line=line,
+                key=f"{name}.format",
+            )
+        kind = spec.get("type", "str")
+        if kind not in ("str", "int", "list") or (kind == "list") != ("elements" in spec):
+            raise InputError(
+                "type must be str, int, or list with elements: str",
+                source=source,
+                line=line,
+                key=f"{name}.type",
+            )
+        specs.append(
+            VariableSpec(
+                name=str(name),
+                format=fmt,
+                elements=kind == "list",
+                allow_empty=bool(spec.get("allow_empty", False)),
+                description=str(spec.get("description", "")),
+                source=source,
+                line=line,
+            )
+        )
+    return tuple(specs)
 
 
 def load_site(path: Path) -> tuple[Play, ...]:

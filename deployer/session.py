@@ -241,6 +241,7 @@ class DeploySession:
         forks: int = DEFAULT_FORKS,
         json_output: bool = False,
         out_of_service: bool = False,
+        allow_ha_degraded: bool = False,
     ) -> RunReport:
         try:
             self.gather_facts([p.host for p in self.plans], forks)
@@ -254,7 +255,14 @@ class DeploySession:
             if self.facts:
                 self.build_plan(self.facts)
             reporter = ConsoleReporter(diff=diff)
-            executor = Executor(self.pool.get, check=check, diff=diff, forks=forks, events=reporter)
+            executor = Executor(
+                self.pool.get,
+                check=check,
+                diff=diff,
+                forks=forks,
+                events=reporter,
+                allow_ha_degraded=allow_ha_degraded,
+            )
             with reporter:
                 report = executor.run(self.plans, self.plays, unreachable=self.unreachable)
             reporter.recap(report)

@@ -141,6 +141,33 @@ class Module:
     def parse(self, args: dict[str, Any], result: CommandResult) -> dict[str, Any]:
         raise NotImplementedError
 
+    def baseline_script(self, args: dict[str, Any]) -> str | None:
+        """For an action whose effect a later read can tell (a restart: a newer invocation), a
+        read-only script whose output, taken when the action becomes owed, lets :meth:`parse`
+        judge whether it has happened since. None (the default): the action always acts.
+
+        The engine runs it on the host just before each change that notifies this task as a
+        handler, keeps the output with the owed handler (on the host, see deployer/owed.py)
+        and passes it as ``baseline``; such a handler then acts only when its state says so.
+        """
+        return None
+
+    def state_tells_writes(self, args: dict[str, Any]) -> bool:
+        """Whether a read shows every effect of a write (so a failed write whose read is
+        unchanged changed nothing). False for a command with no guard: it may have done anything."""
+        return True
+
+    def takes_down(self, args: dict[str, Any], obs: Observation) -> str | None:
+        """What this task's write would take out of service, in words ("restart of
+        prometheus.service"), when the write would stop a running service; None when it would
+        not. The engine checks a task's HA peers (``ha_peers``) only for such writes."""
+        return None
+
+    def diagnose(self, args: dict[str, Any], session: HostSession) -> str | None:
+        """Read-only: what to add to the error when this task's state still differs after
+        its write (a unit's state and last journal lines, say). None: nothing to add."""
+        return None
+
     def desired(self, args: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -152,7 +179,22 @@ class Module:
             if v is not None and actual.get(k) != v
         }
 
-    def observe(self, args: dict[str, Any], result: CommandResult) -> Observation:
+    def observe(
+        self,
+        args: dict[str, Any],
+        result: CommandResult,
+        *,
+        before: Observation | None = None,
+        baseline: str | None = None,
+    ) -> Observation:
+        """The state read by ``result``, compared with the desired state.
+
+        ``before`` is given only to the read that verifies this task's own write: the
+        observation the write started from (what an action such as a restart is proven
+        against). ``baseline`` is the output of :meth:`baseline_script` taken before the change
+        that made a handler owed. Modules that need neither keep this default, which judges
+        ``result`` alone; the others override it (so no proof is kept on the instance).
+        """
         actual = self.parse(args, result)
         return Observation(actual=actual, differences=self.compare(args, actual))
 

@@ -7,9 +7,9 @@ A command cannot say what state it owns, so it must carry one of:
 - ``changed_when: true|false`` -- no guard: run every time the task runs (use it on handlers), and
   report changed (true) or ok (false).
 
-With no guard, the desired state is ``ran: true``. The write keeps proof of its run on this task's
-module instance (one per host and task) and the engine's re-read uses that proof up, so the task
-passes after its own run and acts again the next time it runs.
+With no guard, the desired state is ``ran: true``: false on every read but the one that verifies
+this task's own run (the engine gives that read the observation the run started from), so the
+task passes after its own run and acts again the next time it runs.
 """
 
 from __future__ import annotations
@@ -53,9 +53,6 @@ class Command(Module):
         "timeout": Param(int, default=3600),
     }
 
-    def __init__(self) -> None:
-        self._ran = False
-
     def check(self, args: dict[str, Any]) -> None:
         if all(args.get(k) is None for k in ("creates", "unless", "changed_when")):
             raise ArgError(
@@ -86,6 +83,9 @@ class Command(Module):
     def _guarded(self, args: dict[str, Any]) -> bool:
         return args.get("creates") is not None or args.get("unless") is not None
 
+    def state_tells_writes(self, args: dict[str, Any]) -> bool:
+        return self._guarded(args)
+
     def read_script(self, args: dict[str, Any]) -> str:
         lines = []
         if args.get("creates") is not None:
@@ -110,8 +110,21 @@ class Command(Module):
         if args.get("unless") is not None:
             actual["unless_passes"] = kv.get("unless") == "1"
         if not self._guarded(args):
-            actual["ran"], self._ran = self._ran, False
+            actual["ran"] = False
         return actual
+
+    def observe(
+        self,
+        args: dict[str, Any],
+        result: CommandResult,
+        *,
+        before: Observation | None = None,
+        baseline: str | None = None,
+    ) -> Observation:
+        actual = self.parse(args, result)
+        if not self._guarded(args):
+            actual["ran"] = before is not None  # read right after this task's own run
+        return Observation(actual=actual, differences=self.compare(args, actual))
 
     def desired(self, args: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -127,4 +140,3 @@ class Command(Module):
         if not obs.differences:
             return
         run_checked(session, self.shell(args, args["cmd"]), timeout=args["timeout"])
-        self._ran = True

@@ -5,10 +5,10 @@ succeeds, e.g. ``test -e /run/reboot-required``; without it, a reboot task that 
 needed. The write notes the host's ``boot_id``, issues the reboot without waiting on the channel,
 reconnects (``session.reconnect``) until the host answers with a different ``boot_id`` and
 ``systemctl is-system-running`` says ``running`` (or ``degraded`` when ``allow_degraded``), all
-within ``reboot_timeout``. The new ``boot_id`` is kept as proof on this task's module instance (one
-per host and task): the engine's re-read sees the host running that boot and reports the reboot
-done -- unless ``test_command`` still succeeds, which fails the task, since rebooting again would
-not help. The proof is used up by the re-read, so the task reboots again the next time it runs.
+within ``reboot_timeout``. The engine's re-read after the write, given the boot the write started
+from, reports the reboot done when the host runs another boot -- unless ``test_command`` still
+succeeds, which fails the task, since rebooting again would not help. Every other read says a
+reboot is needed, so the task reboots again the next time it runs.
 """
 
 from __future__ import annotations
@@ -51,9 +51,6 @@ class Reboot(Module):
     sleep: ClassVar[Callable[[float], None]] = staticmethod(time.sleep)
     poll_s: ClassVar[float] = 2.0
 
-    def __init__(self) -> None:
-        self._booted_into: str | None = None
-
     def check(self, args: dict[str, Any]) -> None:
         if not 10 <= args["reboot_timeout"] <= 3600:
             raise ArgError("reboot_timeout", "must be between 10 and 3600 seconds")
@@ -72,9 +69,22 @@ class Reboot(Module):
         boot_id = kv.get("boot_id", "")
         if not boot_id:
             raise ValueError(f"cannot read {BOOT_ID}")
-        rebooted, self._booted_into = self._booted_into == boot_id, None
-        needed = kv.get("test") == "1" if args.get("test_command") is not None else not rebooted
+        needed = kv.get("test") == "1" if args.get("test_command") is not None else True
         return {"reboot_needed": needed, "boot_id": boot_id}
+
+    def observe(
+        self,
+        args: dict[str, Any],
+        result: CommandResult,
+        *,
+        before: Observation | None = None,
+        baseline: str | None = None,
+    ) -> Observation:
+        actual = self.parse(args, result)
+        if before is not None and args.get("test_command") is None:
+            # The read after this task's own reboot: a new boot is the proof.
+            actual["reboot_needed"] = actual["boot_id"] == before.actual.get("boot_id")
+        return Observation(actual=actual, differences=self.compare(args, actual))
 
     def desired(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"reboot_needed": False}
@@ -111,7 +121,6 @@ class Reboot(Module):
                 last, need_connect = "still running the old boot", True
                 continue
             if state == "running" or (state == "degraded" and args["allow_degraded"]):
-                self._booted_into = boot_id
                 return
             last = f"new boot, systemd is {state}"
             if state == "degraded":

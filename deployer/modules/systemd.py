@@ -2,21 +2,23 @@
 
 State is read with one ``systemctl show`` call (plus a stat and hash of each managed file). A
 changed unit file or drop-in (or ``NeedDaemonReload=yes``) triggers ``daemon-reload`` before any
-start or restart.
+start or restart. With ``exec_check`` (e.g. ``--version`` for the Prometheus daemons, whose flag
+parser runs before that flag's action), a changed unit's ExecStart is first run by its own program
+with those arguments: a flag the program does not know refuses the unit file before it replaces
+the live one.
 
-``restarted`` and ``reloaded`` are actions, not states: a task asking for them (normally a handler,
-which runs only when notified) always acts. The desired state carries ``restarted: true`` (or
-``reloaded: true``), which no read before this task's own write can show. The write restarts the
-unit and keeps the unit's new ``InvocationID`` (a random ID systemd gives every start) as proof on
-this task's module instance (one per host and task); the engine's re-read reports ``restarted``
-true only when the running invocation is that one, so a restart that did not produce a new running
-invocation fails the task. A reload keeps the current invocation as proof (the process must survive
-its reload); a reload of a stopped unit starts it. The proof is used up by the re-read.
+``restarted`` and ``reloaded`` are actions. Each is proven by the read that follows this task's own
+write, against the observation the write started from (``before``): a restart by a running
+invocation other than the one before (systemd gives every start a random ``InvocationID``), a
+reload by the same invocation still running. As a handler, a restart is also a state: the engine
+keeps the unit's invocation of the moment a change made the restart owed (the ``baseline``); a unit
+already running a newer invocation (started after that change, with it) needs no restart.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 from deployer.connection import CommandFailed, CommandResult
@@ -69,11 +71,9 @@ class SystemdUnit(Module):
         "enabled": Param(bool),
         "state": Param(str, choices=("started", "stopped", "restarted", "reloaded")),
         "masked": Param(bool),
+        # Arguments that make the ExecStart program parse its flags and exit (see the docstring).
+        "exec_check": Param(str),
     }
-
-    def __init__(self) -> None:
-        # InvocationID after this task's own restart/reload: the proof the re-read looks for.
-        self._proof: str | None = None
 
     def check(self, args: dict[str, Any]) -> None:
         unit = args["name"]
@@ -109,6 +109,10 @@ class SystemdUnit(Module):
         if args.get("src") is not None:
             path = ctx.find_file("templates", args["src"])
             args = {**args, "content": ctx.render_template(path)}
+        if args.get("exec_check") is not None:
+            if args.get("content") is None:
+                raise ArgError("exec_check", "needs the unit's content (content or src)")
+            exec_start(args["content"])  # an ArgError now, not on the host
         return args
 
     # ---- paths ---------------------------------------------------------------------------
@@ -155,12 +159,58 @@ class SystemdUnit(Module):
                 "need_daemon_reload": show.get("NeedDaemonReload") == "yes",
             }
         )
-        proof, self._proof = self._proof, None
-        if args.get("state") in ("restarted", "reloaded"):
-            actual[args["state"]] = (
-                proof is not None and invocation == proof and show.get("ActiveState") == "active"
-            )
         return actual
+
+    def observe(
+        self,
+        args: dict[str, Any],
+        result: CommandResult,
+        *,
+        before: Observation | None = None,
+        baseline: str | None = None,
+    ) -> Observation:
+        actual = self.parse(args, result)
+        state = args.get("state")
+        running = actual["active"] == "active" and actual["invocation"] != ""
+        if state == "restarted":
+            if before is not None:  # the read that verifies this task's own restart
+                actual["restarted"] = running and actual["invocation"] != before.actual.get(
+                    "invocation"
+                )
+            elif baseline is not None:  # an owed restart: done if a newer invocation runs
+                actual["restarted"] = running and actual["invocation"] != baseline.strip()
+            else:
+                actual["restarted"] = False
+        elif state == "reloaded":
+            if before is not None:
+                was_running = before.actual.get("active") == "active"
+                actual["reloaded"] = running and (
+                    actual["invocation"] == before.actual.get("invocation") or not was_running
+                )
+            else:
+                actual["reloaded"] = False
+        return Observation(actual=actual, differences=self.compare(args, actual))
+
+    def baseline_script(self, args: dict[str, Any]) -> str | None:
+        if args.get("state") != "restarted":
+            return None
+        return f"systemctl show -p InvocationID --value -- {q(args['name'])}"
+
+    def takes_down(self, args: dict[str, Any], obs: Observation) -> str | None:
+        if obs.actual.get("active") != "active":
+            return None
+        d, unit = obs.differences, args["name"]
+        if args.get("state") == "restarted" and "restarted" in d:
+            return f"restart of {unit}"
+        if args.get("state") == "stopped" and "active" in d:
+            return f"stop of {unit}"
+        if d.get("masked", (None, None))[1] is True:
+            return f"stop of {unit} (masked)"
+        return None
+
+    def diagnose(self, args: dict[str, Any], session: HostSession) -> str | None:
+        result = session.run(unit_report_script(args["name"]))
+        return result.stdout.strip() or None
 
     def desired(self, args: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -212,6 +262,8 @@ class SystemdUnit(Module):
         d = obs.differences
         unit = q(args["name"])
         wrote = False
+        if args.get("exec_check") is not None and any(k.startswith("unit.") for k in d):
+            self._exec_check(session, args)
         for prefix, (path, text) in self.files(args).items():
             if not any(k.startswith(f"{prefix}.") for k in d):
                 continue
@@ -233,23 +285,80 @@ class SystemdUnit(Module):
             run_checked(session, f"systemctl stop -- {unit}")
         elif state == "restarted":
             run_checked(session, f"systemctl restart -- {unit}")
-            self._proof = self._invocation(session, args, must_differ=obs.actual.get("invocation"))
         elif state == "reloaded":
-            if obs.actual.get("active") == "active":
-                run_checked(session, f"systemctl reload -- {unit}")
-                self._proof = self._invocation(session, args, must_differ=None)
-            else:
-                run_checked(session, f"systemctl start -- {unit}")
-                self._proof = self._invocation(session, args, must_differ=None)
+            verb = "reload" if obs.actual.get("active") == "active" else "start"
+            run_checked(session, f"systemctl {verb} -- {unit}")
         if d.get("masked", (None, None))[1] is True:
             run_checked(session, f"systemctl mask -- {unit}")
 
-    @staticmethod
-    def _invocation(session: HostSession, args: dict[str, Any], must_differ: str | None) -> str:
-        res = run_checked(session, f"systemctl show -p InvocationID --value -- {q(args['name'])}")
-        invocation = res.stdout.strip()
-        if not invocation or invocation == must_differ:
+    def _exec_check(self, session: HostSession, args: dict[str, Any]) -> None:
+        """Run the new ExecStart with ``exec_check`` appended; refuse the unit when it fails."""
+        argv = [*exec_start(args["content"]), *shlex.split(args["exec_check"])]
+        command = " ".join(q(a) for a in argv)
+        result = session.run(f"timeout 30 {command} </dev/null 2>&1")
+        if result.rc != 0:
+            said = "\n".join(result.stdout.strip().splitlines()[-5:])
             raise CommandFailed(
-                CommandResult(res.command, 1, "", f"{args['name']} did not start a new invocation")
+                CommandResult(
+                    "",
+                    result.rc,
+                    "",
+                    f"{args['name']}: the new ExecStart is refused by {argv[0]} itself "
+                    f"(run with {args['exec_check']}, exit {result.rc}); the unit file was not "
+                    f"changed:\n{said}",
+                )
             )
-        return invocation
+
+
+# Properties that say why a unit is not running, for errors (systemd.exec(5), systemd.service(5)).
+UNIT_FAILURE_PROPS = "ActiveState,SubState,Result,ExecMainCode,ExecMainStatus,NRestarts"
+JOURNAL_LINES = 20
+ERROR_LINES = 5
+ERROR_SCAN_LINES = 200
+_ERROR_WORDS = "error[: =]|fatal|panic|level=err"
+
+
+def unit_report_script(unit: str) -> str:
+    """Read-only shell printing a unit's state, the last error lines of its journal (a daemon's
+    error often comes before many lines of usage text) and its last journal lines, for an error.
+    The error lines are picked for the reader only; nothing is decided on them."""
+    u = q(unit)
+    journal = f"journalctl -u {u} --no-pager"
+    return (
+        f"printf 'state of %s: ' {u}; "
+        f"systemctl show -p {UNIT_FAILURE_PROPS} -- {u} 2>/dev/null | paste -sd ' ' -; "
+        f"printf 'last error lines in the journal of %s:\\n' {u}; "
+        f"{journal} -n {ERROR_SCAN_LINES} 2>&1 | grep -iE {q(_ERROR_WORDS)} "
+        f"| tail -n {ERROR_LINES} | sed 's/^/  /'; "
+        f"printf 'last journal lines of %s:\\n' {u}; "
+        f"{journal} -n {JOURNAL_LINES} 2>&1 | sed 's/^/  /'"
+    )
+
+
+def exec_start(content: str) -> list[str]:
+    """The program and arguments of a unit's single ExecStart= line (continuations joined).
+
+    Raises ArgError when there is none, several, or when it uses what only systemd expands
+    (``%`` specifiers, ``$`` variables): the check would not run what systemd runs.
+    """
+    lines: list[str] = []
+    pending = ""
+    for raw in content.splitlines():
+        line = raw.strip()
+        if pending and line[:1] in ("#", ";"):
+            continue  # a comment between continuation lines (systemd.syntax(7))
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        lines.append(pending + line)
+        pending = ""
+    starts = [ln.split("=", 1)[1] for ln in lines if ln.startswith("ExecStart=")]
+    if len(starts) != 1:
+        raise ArgError("exec_check", f"needs exactly one ExecStart= line, found {len(starts)}")
+    command = starts[0].strip().lstrip("-@:+!")
+    if "%" in command or "$" in command:
+        raise ArgError("exec_check", "ExecStart uses % specifiers or $ variables")
+    argv = shlex.split(command)
+    if not argv:
+        raise ArgError("exec_check", "ExecStart is empty")
+    return argv

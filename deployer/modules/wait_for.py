@@ -2,7 +2,14 @@
 
 The read side probes once; when the probe fails the write side polls on the host every
 ``interval`` seconds until it passes or ``timeout`` seconds have gone, which fails the task.
-Waiting changes nothing, so a wait is reported ok, never changed.
+Waiting changes nothing, so a wait is reported ok, never changed (and check mode never predicts
+a change for it).
+
+With ``unit``, the wait also watches the systemd unit that should become ready: when it is
+restarting after a crash (``SubState=auto-restart``), has failed or stopped, or has been restarted
+by systemd since the wait began (``NRestarts`` grew), the wait fails at once, within one
+``interval``, instead of at ``timeout``, and the error carries the unit's state and its last
+journal lines. A timeout carries them too.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from deployer.modules.base import (
     q,
     register,
 )
+from deployer.modules.readout import sections
+from deployer.modules.systemd import UNIT_FAILURE_PROPS, SystemdUnit, unit_report_script
 
 _HOST = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
@@ -40,6 +49,7 @@ class WaitFor(Module):
         "command": Param(str),
         "timeout": Param(int, default=60),
         "interval": Param(int, default=1),
+        "unit": Param(str),
     }
 
     def check(self, args: dict[str, Any]) -> None:
@@ -60,6 +70,9 @@ class WaitFor(Module):
             raise ArgError("timeout", "must be between 1 and 3600 seconds")
         if not 0 < args["interval"] <= args["timeout"]:
             raise ArgError("interval", "must be between 1 and timeout seconds")
+        if args.get("unit") is not None:
+            unit = SystemdUnit().validate({"name": args["unit"], "state": "started"})["name"]
+            args["unit"] = unit
 
     def probe(self, args: dict[str, Any]) -> str:
         """Shell that exits 0 when the awaited thing is ready (and prints why not otherwise)."""
@@ -96,17 +109,46 @@ class WaitFor(Module):
         if not obs.differences:
             return
         t, i = int(args["timeout"]), int(args["interval"])
+        unit = args.get("unit")
+        watch = ""
+        if unit is not None:
+            u = q(unit)
+            # Between probes: is the unit still on its way up? (systemd.service(5): a unit with
+            # Restart= whose process exited waits in SubState=auto-restart for RestartSec.)
+            watch = (
+                f"  st=$(systemctl show -p {UNIT_FAILURE_PROPS} -- {u} 2>/dev/null)\n"
+                "  nr=$(printf '%s\\n' \"$st\" | sed -n 's/^NRestarts=//p')\n"
+                '  case "$st" in *SubState=auto-restart*|*ActiveState=failed*|*ActiveState=inactive*)'
+                " down=1;; *) down=0;; esac\n"
+                '  if [ "$down" = 1 ] || [ "${nr:-0}" -gt "${nr0:-0}" ]; then\n'
+                "    echo @crashed; " + unit_report_script(unit) + "; exit 4\n"
+                "  fi\n"
+            )
         script = (
-            f"end=$(( $(date +%s) + {t} ))\n"
+            (
+                f"nr0=$(systemctl show -p NRestarts --value -- {q(unit)} 2>/dev/null)\n"
+                if unit
+                else ""
+            )
+            + f"end=$(( $(date +%s) + {t} ))\n"
             f"until {self.probe(args)}; do\n"
-            '  if [ "$(date +%s)" -ge "$end" ]; then exit 1; fi\n'
+            + watch
+            + '  if [ "$(date +%s)" -ge "$end" ]; then\n'
+            + (f"    echo @timeout; {unit_report_script(unit)}\n" if unit else "")
+            + "    exit 1\n  fi\n"
             f"  sleep {i}\n"
             "done"
         )
         result = session.run(script, timeout=t + 30)
-        if result.rc != 0:
-            raise CommandFailed(
-                CommandResult(
-                    result.command, result.rc, "", f"{self.what(args)} not ready after {t}s"
-                )
+        if result.rc == 0:
+            return
+        parts = sections(result.stdout)
+        report = (parts.get("crashed") or parts.get("timeout") or "").strip()
+        if "crashed" in parts:
+            message = (
+                f"{unit} is not coming up (crashed, failed or stopped) while waiting for "
+                f"{self.what(args)}; stopped waiting at once\n{report}"
             )
+        else:
+            message = f"{self.what(args)} not ready after {t}s" + (f"\n{report}" if report else "")
+        raise CommandFailed(CommandResult("", result.rc, "", message))

@@ -61,21 +61,25 @@ def test_write_runs_in_chdir_with_environment() -> None:
     assert conn.commands == ["cd -- /src/x && env JOBS=4 'PREFIX=/opt/x y' sh -c 'make install'"]
 
 
-def test_unguarded_run_is_proven_once_then_acts_again() -> None:
+def test_unguarded_run_is_proven_by_the_read_after_its_own_run_then_acts_again() -> None:
     m = Command()
     a = m.validate({"cmd": "systemctl restart thing", "changed_when": True})
     first = observe(m, a, "guard=none\n")
     m.write(ScriptedConnection(), a, first)
-    assert observe(m, a, "guard=none\n").differences == {}
+    # The engine's re-read after the write is given the observation the write started from.
+    assert (
+        m.observe(a, CommandResult("read", 0, "guard=none\n", ""), before=first).differences == {}
+    )
     assert observe(m, a, "guard=none\n").differences == {"ran": (False, True)}
 
 
-def test_failing_command_raises_and_leaves_no_proof() -> None:
+def test_failing_command_raises_and_the_module_keeps_nothing() -> None:
     m = Command()
     a = m.validate({"cmd": "false", "changed_when": True})
     with pytest.raises(CommandFailed):
         m.write(ScriptedConnection().on("false", rc=1), a, observe(m, a, "guard=none\n"))
     assert observe(m, a, "guard=none\n").differences == {"ran": (False, True)}
+    assert vars(m) == {"reports_change": True}
 
 
 def test_read_and_write_for_real(tmp_path: Path) -> None:

@@ -34,8 +34,12 @@ def unit_file(content: str | None, prefix: str = "unit") -> str:
     )
 
 
+def read_result(stdout: str) -> CommandResult:
+    return CommandResult("read", 0, stdout, "")
+
+
 def observe(m: SystemdUnit, args: dict, stdout: str):
-    return m.observe(args, CommandResult("read", 0, stdout, ""))
+    return m.observe(args, read_result(stdout))
 
 
 UNIT = "[Unit]\nDescription=node exporter\n[Service]\nExecStart=/usr/bin/node_exporter\n"
@@ -153,40 +157,96 @@ def test_stop_then_mask() -> None:
     ]
 
 
-def test_restart_is_proven_by_a_new_invocation_and_the_proof_is_used_up() -> None:
-    conn = ScriptedConnection().on("--value", stdout="inv2\n")
-    m, a, conn = write({"state": "restarted"}, show(invocation="inv1"), conn)
-    assert conn.commands[0] == "systemctl restart -- node_exporter.service"
-    # The engine's re-read after the write: the new invocation is running -> in desired state.
-    assert observe(m, a, show(invocation="inv2")).differences == {}
-    # The next time the handler runs, it acts again.
+def test_restart_is_proven_by_a_new_invocation_against_the_read_before_it() -> None:
+    m, a, conn = write({"state": "restarted"}, show(invocation="inv1"))
+    assert conn.commands == ["systemctl restart -- node_exporter.service"]
+    before = observe(m, a, show(invocation="inv1"))
+    # The engine's re-read after the write: another invocation is running -> in desired state.
+    assert m.observe(a, read_result(show(invocation="inv2")), before=before).differences == {}
+    # The next time the handler runs (no write behind the read), it acts again.
     assert observe(m, a, show(invocation="inv2")).differences == {"restarted": (False, True)}
+    assert vars(m) == {}  # no proof kept on the instance between calls
 
 
-def test_restart_that_kept_the_old_invocation_fails() -> None:
-    conn = ScriptedConnection().on("--value", stdout="inv1\n")
-    with pytest.raises(CommandFailed, match="did not start a new invocation"):
-        write({"state": "restarted"}, show(invocation="inv1"), conn)
+def test_restart_that_kept_the_old_invocation_is_not_in_desired_state() -> None:
+    m, a, _ = write({"state": "restarted"}, show(invocation="inv1"))
+    before = observe(m, a, show(invocation="inv1"))
+    diffs = m.observe(a, read_result(show(invocation="inv1")), before=before).differences
+    assert diffs == {"restarted": (False, True)}
 
 
 def test_restarted_unit_that_died_after_restart_is_not_in_desired_state() -> None:
-    conn = ScriptedConnection().on("--value", stdout="inv2\n")
-    m, a, _ = write({"state": "restarted"}, show(invocation="inv1"), conn)
-    diffs = observe(m, a, show(active="failed", invocation="inv2")).differences
-    assert diffs["restarted"] == (False, True)
+    m, a, _ = write({"state": "restarted"}, show(invocation="inv1"))
+    before = observe(m, a, show(invocation="inv1"))
+    after = m.observe(a, read_result(show(active="failed", invocation="inv2")), before=before)
+    assert after.differences["restarted"] == (False, True)
+
+
+def test_owed_restart_is_done_when_a_newer_invocation_runs_than_at_the_change() -> None:
+    m = SystemdUnit()
+    a = m.validate({"name": "prometheus", "state": "restarted"})
+    assert m.observe(a, read_result(show(invocation="inv2")), baseline="inv1\n").differences == {}
+
+
+def test_owed_restart_acts_while_the_invocation_of_the_change_still_runs() -> None:
+    m = SystemdUnit()
+    a = m.validate({"name": "prometheus", "state": "restarted"})
+    obs = m.observe(a, read_result(show(invocation="inv1")), baseline="inv1")
+    assert obs.differences == {"restarted": (False, True)}
+
+
+def test_owed_restart_of_a_unit_started_after_the_change_needs_none() -> None:
+    # A first deploy: the unit did not run when its unit file was written (baseline empty).
+    m = SystemdUnit()
+    a = m.validate({"name": "prometheus", "state": "restarted"})
+    assert m.observe(a, read_result(show(invocation="inv1")), baseline="").differences == {}
+
+
+def test_owed_restart_of_a_stopped_unit_acts() -> None:
+    m = SystemdUnit()
+    a = m.validate({"name": "prometheus", "state": "restarted"})
+    obs = m.observe(a, read_result(show(active="inactive", invocation="")), baseline="")
+    assert obs.differences["restarted"] == (False, True)
+
+
+def test_only_a_restart_has_a_baseline_script() -> None:
+    m = SystemdUnit()
+    restart = m.validate({"name": "prometheus", "state": "restarted"})
+    assert m.baseline_script(restart) == (
+        "systemctl show -p InvocationID --value -- prometheus.service"
+    )
+    for state in ("started", "stopped", "reloaded"):
+        assert m.baseline_script(m.validate({"name": "prometheus", "state": state})) is None
+
+
+TAKES_DOWN = [
+    pytest.param({"state": "restarted"}, show(), "restart of x.service", id="restart-running"),
+    pytest.param({"state": "restarted"}, show(active="inactive", invocation=""), None, id="start"),
+    pytest.param({"state": "stopped"}, show(), "stop of x.service", id="stop-running"),
+    pytest.param({"state": "reloaded"}, show(), None, id="reload"),
+    pytest.param({"state": "started"}, show(), None, id="already-started"),
+]
+
+
+@pytest.mark.parametrize(("args", "stdout", "expected"), TAKES_DOWN)
+def test_takes_down_names_only_writes_that_stop_a_running_unit(args, stdout, expected) -> None:
+    m = SystemdUnit()
+    a = m.validate({"name": "x", **args})
+    assert m.takes_down(a, observe(m, a, stdout)) == expected
 
 
 def test_reload_of_a_running_unit_reloads_and_keeps_its_invocation() -> None:
-    conn = ScriptedConnection().on("--value", stdout="inv1\n")
-    m, a, conn = write({"state": "reloaded"}, show(invocation="inv1"), conn)
+    m, a, conn = write({"state": "reloaded"}, show(invocation="inv1"))
     assert conn.commands[0] == "systemctl reload -- node_exporter.service"
-    assert observe(m, a, show(invocation="inv1")).differences == {}
+    before = observe(m, a, show(invocation="inv1"))
+    assert m.observe(a, read_result(show(invocation="inv1")), before=before).differences == {}
+    diffs = m.observe(a, read_result(show(invocation="inv2")), before=before).differences
+    assert diffs == {"reloaded": (False, True)}
 
 
 def test_reload_of_a_stopped_unit_starts_it() -> None:
-    conn = ScriptedConnection().on("--value", stdout="inv9\n")
-    _, _, conn = write({"state": "reloaded"}, show(active="inactive", invocation=""), conn)
-    assert conn.commands[0] == "systemctl start -- node_exporter.service"
+    _, _, conn = write({"state": "reloaded"}, show(active="inactive", invocation=""))
+    assert conn.commands == ["systemctl start -- node_exporter.service"]
 
 
 def test_in_desired_state_writes_nothing() -> None:
@@ -216,3 +276,138 @@ def test_template_src_is_rendered_at_plan_time() -> None:
     a = m.prepare(a, ctx)
     assert a["content"] == "rendered /roles/r/templates/x.service.j2"
     assert "/etc/systemd/system/x.service" in m.read_script(a)
+
+
+# ---- exec_check: the daemon's own flag parser refuses a unit before it replaces the live one
+
+PROMETHEUS_UNIT = """[Unit]
+Description=Prometheus
+[Service]
+ExecStart=/usr/local/bin/prometheus \\
+    --config.file=/etc/prometheus/prometheus.yml \\
+# a comment between continuation lines
+    --storage.tsdb.retention.time=15d \\
+    --web.enable-lifecycle
+ExecReload=/bin/kill -HUP $MAINPID
+"""
+
+
+def test_exec_start_joins_continuation_lines_and_skips_comments_between_them() -> None:
+    from deployer.modules.systemd import exec_start
+
+    assert exec_start(PROMETHEUS_UNIT) == [
+        "/usr/local/bin/prometheus",
+        "--config.file=/etc/prometheus/prometheus.yml",
+        "--storage.tsdb.retention.time=15d",
+        "--web.enable-lifecycle",
+    ]
+
+
+def checked_unit(content: str = PROMETHEUS_UNIT) -> tuple[SystemdUnit, dict]:
+    from deployer.modules.base import PrepareContext
+
+    m = SystemdUnit()
+    a = m.validate({"name": "prometheus", "content": content, "exec_check": "--version"})
+    ctx = PrepareContext(find_file=lambda k, r: r, render_template=lambda p: p)
+    return m, m.prepare(a, ctx)
+
+
+def test_exec_check_refusal_leaves_the_unit_file_as_it_was() -> None:
+    m, a = checked_unit()
+    conn = ScriptedConnection().on(
+        "--version", rc=1, stdout="prometheus: error: unknown long flag '--no-such-flag'\n"
+    )
+    with pytest.raises(CommandFailed) as failed:
+        m.write(conn, a, observe(m, a, unit_file("old") + show()))
+    assert conn.commands == [
+        "timeout 30 /usr/local/bin/prometheus --config.file=/etc/prometheus/prometheus.yml "
+        "--storage.tsdb.retention.time=15d --web.enable-lifecycle --version </dev/null 2>&1"
+    ]
+    message = failed.value.result.stderr
+    assert "refused by /usr/local/bin/prometheus itself" in message
+    assert "unknown long flag '--no-such-flag'" in message
+
+
+def test_exec_check_that_passes_lets_the_unit_file_be_written() -> None:
+    m, a = checked_unit()
+    conn = ScriptedConnection()
+    m.write(conn, a, observe(m, a, unit_file("old") + show()))
+    assert conn.commands[0].endswith("--version </dev/null 2>&1")
+    assert "mv -f" in conn.commands[1] or "prometheus.service" in conn.commands[1]
+    assert "systemctl daemon-reload" in conn.commands
+
+
+def test_exec_check_runs_only_when_the_unit_file_changes() -> None:
+    m, a = checked_unit()
+    conn = ScriptedConnection()
+    m.write(conn, a, observe(m, a, unit_file(PROMETHEUS_UNIT) + show(reload_needed="yes")))
+    assert conn.commands == ["systemctl daemon-reload"]
+
+
+def test_exec_check_runs_the_program_for_real() -> None:
+    import subprocess
+
+    class Local:
+        name = "local"
+
+        def run(self, command, *, stdin=None, timeout=None):
+            p = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
+            return CommandResult(command, p.returncode, p.stdout, p.stderr)
+
+    m, a = checked_unit("[Service]\nExecStart=/bin/sh -c 'echo refused: >&2; exit 3'\n")
+    with pytest.raises(CommandFailed) as failed:
+        m._exec_check(Local(), a)
+    assert "exit 3" in failed.value.result.stderr
+    assert "refused:" in failed.value.result.stderr
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[Service]\nExecStart=/usr/bin/x --name=%i\n",
+        "[Service]\nExecStart=/usr/bin/x $OPTIONS\n",
+        "[Service]\nExecStart=/usr/bin/x\nExecStart=/usr/bin/y\n",
+        "[Service]\nType=oneshot\n",
+    ],
+    ids=["specifier", "variable", "two", "none"],
+)
+def test_exec_check_refuses_at_plan_time_what_it_cannot_run_as_systemd_would(content) -> None:
+    from deployer.modules.base import ArgError
+
+    with pytest.raises(ArgError):
+        checked_unit(content)
+
+
+def test_diagnose_reads_the_units_state_and_last_journal_lines() -> None:
+    m = SystemdUnit()
+    a = m.validate({"name": "prometheus", "state": "restarted"})
+    conn = ScriptedConnection().on("journalctl", stdout="state of prometheus.service: x\n")
+    assert m.diagnose(a, conn) == "state of prometheus.service: x"
+    assert "journalctl -u prometheus.service --no-pager -n 20" in conn.commands[0]
+
+
+def test_the_unit_report_puts_the_daemons_error_line_before_its_usage_text(tmp_path) -> None:
+    # Prometheus prints its flag error, then ~100 lines of usage: the error is no last line.
+    import subprocess
+
+    from deployer.modules.systemd import unit_report_script
+
+    usage = "".join(
+        f"prometheus[7]:   --flag{i}  above. One of: [debug, info, warn, error]\n"
+        for i in range(30)
+    )
+    journal = (
+        'prometheus[7]: Error parsing commandline arguments: not a valid duration string: "5x"\n'
+    )
+    for name, text in (
+        ("systemctl", "#!/bin/sh\necho ActiveState=activating; echo SubState=auto-restart\n"),
+        ("journalctl", f"#!/bin/sh\ncat <<'EOF'\n{journal}{usage}EOF\n"),
+    ):
+        (tmp_path / name).write_text(text)
+        (tmp_path / name).chmod(0o755)
+    script = f"PATH={tmp_path}:$PATH\n" + unit_report_script("prometheus.service")
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout
+    errors = out.split("last error lines in the journal of prometheus.service:\n")[1]
+    errors = errors.split("last journal lines")[0]
+    assert errors.strip().splitlines() == [journal.strip()]
+    assert "ActiveState=activating SubState=auto-restart" in out

@@ -6,12 +6,14 @@ import http.server
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from deployer.connection import CommandFailed, CommandResult
 from deployer.errors import HostUnreachable
+from deployer.modules.base import ArgError
 from deployer.modules.reboot import REBOOT_COMMAND, Reboot
 from deployer.modules.wait_for import WaitFor
 
@@ -136,6 +138,109 @@ def test_command_probe_for_real(tmp_path) -> None:
     assert local_observe(m, a).actual == {"ready": True}
 
 
+# ---- wait_for watching a systemd unit (the generated shell runs for real; systemctl and
+# journalctl are stand-ins on PATH that print what systemd prints, see the lab test for the real
+# ones: tests/integration/test_ha_safety.py)
+
+FAKE_SYSTEMCTL = """#!/bin/sh
+# systemctl show -p PROPS [--value] -- UNIT, from the test's state file; NRestarts from a counter
+# that grows by one per call when the test asks for restarts.
+dir=$(dirname "$0")
+n=$(cat "$dir/nrestarts")
+if [ -f "$dir/restarting" ]; then echo $((n + 1)) > "$dir/nrestarts"; fi
+case " $* " in
+  *" --value "*) echo "$n" ;;
+  *) cat "$dir/state"; echo "NRestarts=$n" ;;
+esac
+"""
+FAKE_JOURNALCTL = """#!/bin/sh
+echo "prometheus[42]: Error parsing commandline arguments: not a valid duration string: \\"15x\\""
+echo "systemd[1]: prometheus.service: Main process exited, code=exited, status=2/INVALIDARGUMENT"
+"""
+
+
+class LocalWithFakeSystemd(Local):
+    def __init__(self, bin_dir) -> None:
+        self.bin_dir = bin_dir
+
+    def run(self, command, *, stdin=None, timeout=None):
+        return super().run(f"PATH={self.bin_dir}:$PATH\n{command}", stdin=stdin, timeout=timeout)
+
+
+@pytest.fixture
+def fake_systemd(tmp_path):
+    for name, text in (("systemctl", FAKE_SYSTEMCTL), ("journalctl", FAKE_JOURNALCTL)):
+        f = tmp_path / name
+        f.write_text(text)
+        f.chmod(0o755)
+    (tmp_path / "nrestarts").write_text("0\n")
+    return tmp_path
+
+
+def waiting(tmp_path, state: str):
+    (tmp_path / "state").write_text(state)
+    m = WaitFor()
+    a = m.validate({"command": f"test -e {tmp_path}/ready", "unit": "prometheus", "timeout": 30})
+    host = LocalWithFakeSystemd(tmp_path)
+    return m, a, host, local_observe(m, a)
+
+
+def test_wait_for_fails_at_once_when_its_unit_is_restarting_after_a_crash(fake_systemd) -> None:
+    state = "ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=2\n"
+    m, a, host, obs = waiting(fake_systemd, state)
+    started = time.monotonic()
+    with pytest.raises(CommandFailed) as failed:
+        m.write(host, a, obs)
+    assert time.monotonic() - started < 5  # not the 30 s timeout
+    message = failed.value.result.stderr
+    assert "prometheus.service is not coming up" in message
+    assert "SubState=auto-restart" in message and "ExecMainStatus=2" in message
+    assert 'not a valid duration string: "15x"' in message  # its last journal lines
+
+
+def test_wait_for_fails_when_systemd_restarted_its_unit_since_the_wait_began(fake_systemd) -> None:
+    # Between two probes the unit crashed and is running again: NRestarts grew.
+    (fake_systemd / "restarting").write_text("")
+    m, a, host, obs = waiting(fake_systemd, "ActiveState=active\nSubState=running\n")
+    with pytest.raises(CommandFailed) as failed:
+        m.write(host, a, obs)
+    assert "is not coming up" in failed.value.result.stderr
+
+
+@pytest.mark.parametrize(
+    "state", ["ActiveState=failed\nSubState=failed\n", "ActiveState=inactive\nSubState=dead\n"]
+)
+def test_wait_for_fails_at_once_when_its_unit_failed_or_stopped(fake_systemd, state) -> None:
+    m, a, host, obs = waiting(fake_systemd, state)
+    with pytest.raises(CommandFailed) as failed:
+        m.write(host, a, obs)
+    assert "is not coming up" in failed.value.result.stderr
+
+
+def test_wait_for_keeps_waiting_while_its_unit_is_starting(fake_systemd) -> None:
+    m, a, host, obs = waiting(fake_systemd, "ActiveState=activating\nSubState=start\n")
+    threading.Timer(1.5, (fake_systemd / "ready").write_text, args=("",)).start()
+    m.write(host, a, obs)  # returns once the probe passes
+
+
+def test_wait_for_timeout_carries_its_units_journal_lines(fake_systemd) -> None:
+    (fake_systemd / "state").write_text("ActiveState=active\nSubState=running\n")
+    m = WaitFor()
+    a = m.validate({"command": "false", "unit": "prometheus", "timeout": 2, "interval": 1})
+    host = LocalWithFakeSystemd(fake_systemd)
+    with pytest.raises(CommandFailed) as failed:
+        m.write(host, a, local_observe(m, a))
+    message = failed.value.result.stderr
+    assert message.startswith("command 'false' not ready after 2s")
+    assert "Error parsing commandline arguments" in message
+
+
+def test_wait_for_unit_is_a_unit_name() -> None:
+    with pytest.raises(ArgError):
+        WaitFor().validate({"port": 9090, "unit": "no spaces please"})
+    assert WaitFor().validate({"port": 9090, "unit": "prometheus"})["unit"] == "prometheus.service"
+
+
 # ---- reboot -----------------------------------------------------------------------------
 
 
@@ -195,9 +300,9 @@ def clock(monkeypatch) -> FakeClock:
     return c
 
 
-def read(m: Reboot, a: dict, boot: str, test: str | None = None):
+def read(m: Reboot, a: dict, boot: str, test: str | None = None, before=None):
     out = f"boot_id={boot}\n" + (f"test={test}\n" if test is not None else "")
-    return m.observe(a, CommandResult("read", 0, out, ""))
+    return m.observe(a, CommandResult("read", 0, out, ""), before=before)
 
 
 def test_reboot_without_test_command_always_acts_then_the_reread_passes(clock) -> None:
@@ -209,8 +314,11 @@ def test_reboot_without_test_command_always_acts_then_the_reread_passes(clock) -
     m.write(host, a, obs)
     assert host.commands[0] == REBOOT_COMMAND
     assert host.reconnects >= 2
-    assert read(m, a, "boot-b").differences == {}
-    # The next time the task runs, it reboots again.
+    # The engine's re-read, given the observation the write started from: a new boot.
+    assert read(m, a, "boot-b", before=obs).differences == {}
+    # Still the old boot after the write: not done.
+    assert read(m, a, "boot-a", before=obs).differences == {"reboot_needed": (True, False)}
+    # The next time the task runs (no write behind the read), it reboots again.
     assert read(m, a, "boot-b").differences == {"reboot_needed": (True, False)}
 
 
@@ -226,7 +334,9 @@ def test_test_command_still_true_after_the_reboot_fails_the_reread(clock) -> Non
     a = m.validate({"test_command": "nvidia-smi | grep -q mismatch"})
     obs = read(m, a, "boot-a", test="1")
     m.write(RebootingHost(states=["running"]), a, obs)
-    assert read(m, a, "boot-b", test="1").differences == {"reboot_needed": (True, False)}
+    assert read(m, a, "boot-b", test="1", before=obs).differences == {
+        "reboot_needed": (True, False)
+    }
 
 
 def test_host_that_stays_degraded_fails_at_the_deadline_naming_failed_units(clock) -> None:
@@ -240,8 +350,9 @@ def test_host_that_stays_degraded_fails_at_the_deadline_naming_failed_units(cloc
 def test_degraded_is_accepted_when_allowed(clock) -> None:
     m = Reboot()
     a = m.validate({"allow_degraded": True})
-    m.write(RebootingHost(states=["degraded"]), a, read(m, a, "boot-a"))
-    assert read(m, a, "boot-b").differences == {}
+    obs = read(m, a, "boot-a")
+    m.write(RebootingHost(states=["degraded"]), a, obs)
+    assert read(m, a, "boot-b", before=obs).differences == {}
 
 
 def test_host_that_never_comes_back_fails_within_the_timeout(clock) -> None:
