@@ -457,3 +457,36 @@ def test_a_missing_variable_fails_rendering(tmp_path: Path) -> None:
     del variables["prometheus_rules_memory_temp_critical_celsius"]
     with pytest.raises(InputError, match="prometheus_rules_memory_temp_critical"):
         render_rule_pack(variables, tmp_path)
+
+
+# --- metric names come from the field registry ---------------------------------------------
+
+
+def test_rule_templates_name_no_dcgm_field_themselves() -> None:
+    # every DCGM_FI_* / DCGM_EXP_* name reaches the rules from deployer/dcgm_fields.py
+    for template in templates():
+        text = template.read_text(encoding="utf-8")
+        assert not re.findall(r"DCGM_(?:FI|EXP)_[A-Z0-9_]+", text), template.name
+
+
+def test_a_rename_in_the_field_registry_renames_the_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deployer import dcgm_fields
+
+    monkeypatch.setitem(dcgm_fields.METRICS, "gpu_temp", "DCGM_FI_DEV_GPU_TEMP_CELSIUS")
+    rendered = render_rule_pack(role_defaults(), tmp_path)
+    expr = rules_of(rendered, "alert")["GPUTemperatureCritical"]["expr"]
+    assert "DCGM_FI_DEV_GPU_TEMP_CELSIUS < 1e6" in expr
+    assert "DCGM_FI_DEV_GPU_TEMP " not in " ".join(
+        r["expr"] for r in rules_of(rendered, "alert").values()
+    )
+
+
+def test_every_alert_has_an_identity_and_a_family(rendered: list[Path]) -> None:
+    from deployer import rule_pack
+
+    alerts = rules_of(rendered, "alert")
+    assert set(alerts) == set(rule_pack.ALERT_SCOPES)
+    for name, rule in alerts.items():
+        assert rule["labels"].get("alert_family"), name
