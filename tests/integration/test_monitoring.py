@@ -404,12 +404,12 @@ def test_every_delivered_alert_carries_its_identifying_labels_and_one_cluster(
     # tests of this module delivered.
     gpu_node = hosts_in(mlab, "gpu")[2].name
     monitor = next(h for h in mlab.hosts if "gpu" not in h.groups and "prometheus" not in h.groups)
-    mlab.fault(gpu_node, "memory-temp", gpu=3, value=99)
-    mlab.fault(gpu_node, "gpu-missing", gpu=5)
-    assert mlab.ssh(monitor.name, "systemctl stop node_exporter").returncode == 0
     try:
+        mlab.fault(gpu_node, "memory-temp", gpu=1, value=99)
+        mlab.fault(gpu_node, "gpu-missing", gpu=2)
+        assert mlab.ssh(monitor.name, "systemctl stop node_exporter").returncode == 0
         for alertname, labels in (
-            ("GPUMemoryTemperatureHigh", {"node": gpu_node, "gpu": "3"}),
+            ("GPUMemoryTemperatureHigh", {"node": gpu_node, "gpu": "1"}),
             ("GPUMissing", {"node": gpu_node}),
             ("TargetDown", {"node": monitor.name, "job": "node"}),
         ):
