@@ -147,7 +147,7 @@ class Field:
     names: tuple[Name, ...] = ()
 
     @property
-    def name(self) -> str:  # the CSV name under the newest exporter (the metric name by default)
+    def name(self) -> str:  # the name callers of the earlier catalogue read: the metric name
         return self.metric
 
     def all_names(self) -> tuple[Name, ...]:

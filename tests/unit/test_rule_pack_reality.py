@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deployer import file_sd, rule_pack
+from deployer import dcgm_fields, file_sd, rule_pack
 from tests.reality import capture_text
 from tests.unit.test_rule_pack import promtool, render_rule_pack, role_defaults, run_promtool
 
@@ -365,6 +365,53 @@ def test_a_row_remap_failure_on_a_mig_gpu_fires_one_alert(promtool, tmp_path, sh
                     }
                 ],
             },
+        ],
+    )
+
+
+# Every per-GPU alert on GPU-level fields, fed the way dcgm-exporter reports a MIG GPU: one series
+# per GPU instance repeating the GPU's value (the A800 capture's GPU 0 instance label sets).
+PER_GPU_ON_MIG = [
+    ("GPUTemperatureCritical", {"gpu_temp": "95x10"}, "3m"),
+    ("GPUTemperatureHigh", {"gpu_temp": "88x10"}, "6m"),
+    ("GPUDoubleBitECCError", {"ecc_dbe_volatile": "1x10"}, "1m"),
+    ("GPUUncorrectableRemappedRowsHigh", {"uncorrectable_remapped_rows": "512x10"}, "1m"),
+    ("GPURetiredPagesHigh", {"retired_sbe": "40x10", "retired_dbe": "30x10"}, "1m"),
+    ("GPUThermalThrottling", {"clocks_event_reasons": "32x15"}, "11m"),
+    ("GPUPowerThrottling", {"clocks_event_reasons": "128x15"}, "11m"),
+    ("GPUHardwareSlowdown", {"clocks_event_reasons": "8x15"}, "11m"),
+    ("GPUPCIeReplayRateHigh", {"pcie_replay": "0+30x10"}, "6m"),
+    ("GPUNVLinkReplayErrors", {"nvlink_replay_errors": "0 0 1x8"}, "3m"),
+    ("GPUNVLinkRecoveryErrors", {"nvlink_recovery_errors": "0 0 1x8"}, "3m"),
+    ("GPUNVLinkCRCErrorFlood", {"nvlink_crc_flit_errors": "0+6000x10"}, "5m"),
+]
+
+
+@pytest.mark.parametrize(
+    ("alertname", "fields", "eval_time"),
+    PER_GPU_ON_MIG,
+    ids=lambda v: v if isinstance(v, str) and v[0].isupper() else "",
+)
+def test_a_gpu_level_fault_on_a_mig_gpu_fires_one_alert(
+    promtool, tmp_path, alertname, fields, eval_time
+):
+    target = target_labels("gpu01", **GPU_HOST)
+    inputs = [
+        series(dcgm_fields.metric(key), {**target, **lb}, values)
+        for key, values in fields.items()
+        for lb in gpu0_instances("Hostname")
+    ]
+    labels = alert_labels({**target, **gpu0_instances("Hostname")[0]}, alertname)
+    run(
+        promtool,
+        tmp_path,
+        [
+            {
+                "input_series": inputs,
+                "alert_rule_test": [
+                    {"eval_time": eval_time, "alertname": alertname, "exp_alerts": [exp(labels)]}
+                ],
+            }
         ],
     )
 
