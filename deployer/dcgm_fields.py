@@ -77,7 +77,7 @@ _NAME = re.compile(r"^DCGM_(FI|EXP)_[A-Z0-9_]+$")
 # dcgm-exporter tags gpumon-deploy plans (deployer/data/compat.yml), oldest exporter first, with
 # the go-dcgm commit of each tag's go.mod (NVIDIA/dcgm-exporter at the tag). 4.6.0-4.8.3 is not in
 # the exporter snapshot read: its go-dcgm (v1.4601.1 = 38235a0) is from the release notes,
-# docs/unverified.md#exporter-4.8.3-go-dcgm.
+# docs/unverified.md#exporter-4-8-3-go-dcgm.
 EXPORTER_GO_DCGM: dict[str, str] = {
     "3.3.5-3.4.0": "3385e277e49f",
     "3.3.5-3.4.1": "3385e277e49f",
