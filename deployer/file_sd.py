@@ -165,6 +165,23 @@ def targets_file(variables: Mapping[str, Any], job: str) -> str:
     return render(job_targets(variables, job))
 
 
+def common_cluster(variables: Mapping[str, Any], fallback: str) -> str:
+    """The ``cluster`` every host this replica scrapes sets, when they agree; else ``fallback``.
+
+    The default of the replica's external ``cluster`` label when its own host sets none: an
+    inventory that names the cluster on its GPU hosts only (``group_vars/gpu.yml``) then labels the
+    replica's own alerts (meta alerts, aggregated alerts) as its GPU alerts, not as ``fallback``.
+    """
+    hostvars = variables["hostvars"]
+    with collector_paused():
+        found = {
+            str(value)
+            for host in _unique([h for job in JOBS for h in job_members(variables, job)])
+            if (value := hostvars[host].get("cluster")) not in (None, "")
+        }
+    return found.pop() if len(found) == 1 else fallback
+
+
 def expected_targets(variables: Mapping[str, Any]) -> list[Target]:
     """Every (job, instance) a replica must scrape, for ``status``."""
     return [

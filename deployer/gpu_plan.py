@@ -188,7 +188,12 @@ def _view(
     )
     out["driver_switch"] = driver_switch(resolved, facts)
     out["dcgm_stale_variants"] = dcgm_stale_variants(resolved, facts)
-    out["exporter_csv"] = dcgm_fields.csv_from_vars(variables)
+    # The CSV holds only names this exporter version accepts; a host with a GPU in MIG mode also
+    # collects the instances' utilization signal (deployer/dcgm_fields.py).
+    mig = any(g.get("mig_enabled") for g in facts.get("gpus") or [])
+    out["exporter_csv"] = dcgm_fields.csv_from_vars(
+        variables, exporter_tag=resolved.exporter_tag, mig_enabled=mig
+    )
     out["driver_record"] = {"path": RECORD_PATH, "stale": False}
     return out
 

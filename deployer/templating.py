@@ -18,7 +18,7 @@ import jinja2
 import yaml
 from jinja2 import StrictUndefined
 
-from deployer import file_sd
+from deployer import alertmanager_config, dcgm_fields, file_sd, rule_pack
 from deployer.errors import InputError
 from deployer.secrets import MASK, is_secret_path
 
@@ -83,6 +83,21 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
     # The prometheus role's targets files (file_sd.json.j2) come from deployer/file_sd.py itself.
     env.globals["file_sd_targets_file"] = jinja2.pass_context(
         lambda context, job: file_sd.targets_file(context.parent, job)
+    )
+    # The replica's default cluster: the one the hosts it scrapes name (deployer/file_sd.py).
+    env.globals["file_sd_common_cluster"] = jinja2.pass_context(
+        lambda context, fallback: file_sd.common_cluster(context.parent, fallback)
+    )
+    # The rule pack: DCGM metric names from the field registry (a rename is one edit there),
+    # model facts and PromQL helpers (deployer/rule_pack.py), and the dcgm job's relabelling of
+    # older exporters' field names onto the stored metric names.
+    env.globals["dcgm_metric"] = dcgm_fields.METRICS
+    env.globals["gpumon_rule_pack"] = rule_pack.template_values()
+    env.globals["dcgm_metric_relabel_configs"] = dcgm_fields.metric_relabel_configs
+    env.filters["promql_names_regex"] = rule_pack.promql_names_regex
+    # alertmanager.yml as a document computed in Python (deployer/alertmanager_config.py).
+    env.globals["alertmanager_config_document"] = jinja2.pass_context(
+        lambda context: alertmanager_config.document(context.parent)
     )
     return env
 

@@ -103,6 +103,7 @@ class WebhookReceiver:
     """An Alertmanager webhook receiver on the lab bridge: records every notification."""
 
     def __init__(self, address: str) -> None:
+        self.opened = time.time()  # alerts started before this belong to an earlier run
         self.notifications: list[dict[str, Any]] = []
         lock = threading.Lock()
         received = self.notifications

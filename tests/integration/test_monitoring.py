@@ -21,12 +21,14 @@ import json
 import time
 import urllib.parse
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from deployer import rule_pack
 from deployer.lab import Lab
 from deployer.status import http_fetch
 from tests.integration.labtools import (
@@ -49,6 +51,14 @@ ALERT = "GPUMemoryTemperatureHigh"
 # The product's defaults run on the lab as they are (the lab's inventory names its mirror's
 # versions); nothing is overridden for the tests.
 LAB_VARS: list[str] = []
+
+# Short `for` durations for the alerts the inhibition and label tests fire; the order of the real
+# defaults is kept (the critical temperature fires before the warning, 2m vs 5m by default).
+RULE_VARS: dict[str, str] = {
+    "prometheus_rules_gpu_temp_critical_for": "15s",
+    "prometheus_rules_gpu_temp_warning_for": "30s",
+    "prometheus_rules_target_down_for": "15s",
+}
 
 
 gpumon = functools.partial(run_cli, timeout=900)
@@ -88,6 +98,7 @@ def stack_vars(webhook: WebhookReceiver) -> list[str]:
     # group_interval above 2 x --cluster.peer-timeout (15s): the peers' flushes of one group do
     # not overlap their notification waits.
     alerting = alerting_vars(webhook.url, send_resolved=True, group_interval="30s")
+    alerting.update(RULE_VARS)
     args = []
     for v in [*LAB_VARS, json.dumps(alerting)]:
         args += ["-e", v]
@@ -287,6 +298,157 @@ def test_memory_temperature_alert_is_delivered_once_with_one_alertmanager_stoppe
             peer,
             "systemctl start prometheus-alertmanager 2>/dev/null || systemctl start alertmanager",
         )
+    wait_green(inventory, timeout=180)
+
+
+# ---------------------------------------------------------------- inhibition and alert labels
+
+
+def alertmanager_alerts(mlab: Lab, alertname: str) -> list[dict[str, Any]]:
+    """``alertname``'s alerts as every running Alertmanager peer holds them."""
+    out = []
+    for h in hosts_in(mlab, "alertmanager"):
+        flt = urllib.parse.quote(f'alertname="{alertname}"')
+        r = http_fetch(f"http://{h.address}:9093/api/v2/alerts?filter={flt}")
+        if r.error is None and r.status == 200:
+            out += [{**a, "peer": h.name} for a in r.json()]
+    return out
+
+
+def firing_alert(url: str, alertname: str, **labels: str) -> bool:
+    alerts = get_json(f"{url}/api/v1/alerts")["data"]["alerts"]
+    return any(
+        a["labels"].get("alertname") == alertname
+        and a["state"] == "firing"
+        and all(a["labels"].get(k) == v for k, v in labels.items())
+        for a in alerts
+    )
+
+
+def test_a_gpu_too_hot_for_the_critical_threshold_pages_critical_and_not_warning(
+    deployed, mlab, webhook
+):
+    node = hosts_in(mlab, "gpu")[1].name
+    gpu = {"node": node, "gpu": "0"}
+    wait_until(
+        "no temperature alert for the GPU anywhere",
+        lambda: (
+            not [
+                a
+                for name in ("GPUTemperatureHigh", "GPUTemperatureCritical")
+                for a in alertmanager_alerts(mlab, name)
+                if a["labels"].get("node") == node and a["labels"].get("gpu") == "0"
+            ]
+        ),
+        300,
+        every=5,
+    )
+    seen = len(webhook.notifications)
+    mlab.fault(node, "gpu-temp", gpu=0, value=99)  # above both thresholds (85, 90)
+    try:
+        wait_until(
+            "GPUTemperatureCritical delivered",
+            lambda: webhook.notifications_with("GPUTemperatureCritical", "firing", **gpu),
+            180,
+        )
+        # The warning fires in every replica, and every Alertmanager peer holds it inhibited by
+        # the critical alert of the same GPU.
+        for name, url in prometheus_urls(mlab).items():
+            wait_until(
+                f"GPUTemperatureHigh firing in {name}",
+                lambda url=url: firing_alert(url, "GPUTemperatureHigh", **gpu),
+                120,
+            )
+        held = wait_until(
+            "the warning inhibited on every Alertmanager",
+            lambda: (
+                (
+                    found := [
+                        a
+                        for a in alertmanager_alerts(mlab, "GPUTemperatureHigh")
+                        if a["labels"].get("node") == node and a["labels"].get("gpu") == "0"
+                    ]
+                )
+                and len(found) == len(hosts_in(mlab, "alertmanager"))
+                and all(a["status"]["inhibitedBy"] for a in found)
+                and found
+            ),
+            120,
+        )
+        assert {a["status"]["state"] for a in held} == {"suppressed"}
+        # Longer than group_wait (5s) and a group_interval (30s) after the warning fired: had
+        # it not been inhibited, its notification would be here.
+        time.sleep(45)
+        later = webhook.notifications[seen:]
+        warned = [
+            a
+            for n in later
+            for a in n["alerts"]
+            if a["labels"].get("alertname") == "GPUTemperatureHigh"
+            and (a["labels"].get("node"), a["labels"].get("gpu")) == (node, "0")
+        ]
+        assert warned == []
+    finally:
+        mlab.heal(node)
+    wait_until(
+        "GPUTemperatureCritical resolved",
+        lambda: webhook.notifications_with("GPUTemperatureCritical", "resolved", **gpu),
+        240,
+    )
+
+
+def test_every_delivered_alert_carries_its_identifying_labels_and_one_cluster(
+    deployed, mlab, webhook, inventory
+):
+    # A GPU alert (a hot HBM), a host alert of a GPU node (a GPU gone) and one of a monitoring
+    # host that sets no cluster of its own (its node_exporter stopped); plus whatever the other
+    # tests of this module delivered.
+    gpu_node = hosts_in(mlab, "gpu")[2].name
+    monitor = next(h for h in mlab.hosts if "gpu" not in h.groups and "prometheus" not in h.groups)
+    try:
+        mlab.fault(gpu_node, "memory-temp", gpu=1, value=99)
+        mlab.fault(gpu_node, "gpu-missing", gpu=2)
+        assert mlab.ssh(monitor.name, "systemctl stop node_exporter").returncode == 0
+        for alertname, labels in (
+            ("GPUMemoryTemperatureHigh", {"node": gpu_node, "gpu": "1"}),
+            ("GPUMissing", {"node": gpu_node}),
+            ("TargetDown", {"node": monitor.name, "job": "node"}),
+        ):
+            wait_until(
+                f"{alertname} delivered",
+                lambda a=alertname, lb=labels: webhook.notifications_with(a, "firing", **lb),
+                240,
+            )
+    finally:
+        mlab.heal(gpu_node)
+        mlab.ssh(monitor.name, "systemctl start node_exporter")
+    # Alertmanager also sends this receiver what it still holds of an earlier deployment of the
+    # lab (a resolved alert stays in a group until collected): only this module's alerts count.
+    delivered = [
+        a
+        for n in webhook.notifications
+        for a in n["alerts"]
+        if datetime.fromisoformat(a["startsAt"].replace("Z", "+00:00")).timestamp()
+        >= webhook.opened
+    ]
+    wrong = {}
+    for a in delivered:
+        name = a["labels"]["alertname"]
+        if name not in rule_pack.ALERT_SCOPES:
+            continue  # not an alert of the pack
+        missing = [k for k in rule_pack.identity_labels(name) if not a["labels"].get(k)]
+        if missing:
+            wrong[name] = missing
+    assert wrong == {}
+    # one cluster: the one the inventory names (on its GPU hosts only, in the lab)
+    hosts = yaml.safe_load(inventory.read_text())["all"]["hosts"]
+    named = {str(v["cluster"]) for v in hosts.values() if v.get("cluster")}
+    other = [
+        (a["labels"]["alertname"], a["status"], a["labels"].get("cluster"), a["startsAt"])
+        for a in delivered
+        if a["labels"].get("cluster") not in named
+    ]
+    assert len(named) == 1 and other == [], (named, other)
     wait_green(inventory, timeout=180)
 
 

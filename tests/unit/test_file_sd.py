@@ -253,3 +253,36 @@ def test_targets_command_converges_only_the_replicas_narrowed_by_limit():
 
     assert replica_pattern(None, None) == "prometheus"
     assert replica_pattern(None, "prom01") == "prometheus:&prom01"
+
+
+# ---------------------------------------------------------------- the replica's cluster label
+
+
+def test_the_cluster_the_scraped_hosts_agree_on_is_the_replicas_default():
+    assert file_sd.common_cluster(variables(), "gpumon") == "c1"
+
+
+def test_without_a_cluster_on_any_host_the_fallback_is_the_replicas_cluster():
+    hostvars = {h: {k: v for k, v in hv.items() if k != "cluster"} for h, hv in HOSTVARS.items()}
+    assert file_sd.common_cluster(variables(hostvars=hostvars), "gpumon") == "gpumon"
+
+
+def test_hosts_naming_different_clusters_leave_the_replica_at_the_fallback():
+    hostvars = {**HOSTVARS, "gpu02": {**HOSTVARS["gpu02"], "cluster": "c2"}}
+    assert file_sd.common_cluster(variables(hostvars=hostvars), "gpumon") == "gpumon"
+
+
+def test_an_inventory_naming_the_cluster_on_gpu_hosts_only_labels_the_replica_the_same(tmp_path):
+    # the lab's inventory: cluster set on the GPU hosts, not on the monitoring hosts; the
+    # replica's external label (which labels its own alerts) must not say another cluster
+    (tmp_path / "inventory.yml").write_text(INVENTORY)
+    (tmp_path / "site.yml").write_text(SITE)
+    session = DeploySession.load(
+        RunOptions(inventory=tmp_path / "inventory.yml", site=tmp_path / "site.yml")
+    )
+    config = next(
+        t.args["content"]
+        for t in session.plans[0].plays[0].tasks
+        if t.name.startswith("prometheus.yml")
+    )
+    assert yaml.safe_load(config)["global"]["external_labels"]["cluster"] == "c1"

@@ -18,9 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
 import yaml
+
+from deployer.errors import InputError
+from deployer.templating import Renderer, TemplatedVars, make_environment
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "prometheus"
@@ -48,19 +50,16 @@ def promtool_test_files() -> list[Path]:
 
 
 def render_rule_pack(variables: dict[str, Any], outdir: Path) -> list[Path]:
-    """Render every rule template into outdir (name without .j2), as the engine does."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    """Render every rule template into outdir (name without .j2) as the engine does: its Jinja
+    environment and globals (the field registry's metric names, the rule pack's model facts),
+    role defaults that are templates themselves resolved on use."""
+    renderer = Renderer(make_environment([TEMPLATES]))
+    values = TemplatedVars(variables, renderer)
     outdir.mkdir(parents=True, exist_ok=True)
     rendered = []
     for template in templates():
         target = outdir / template.name.removesuffix(".j2")
-        target.write_text(env.get_template(template.name).render(**variables), encoding="utf-8")
+        target.write_text(renderer.render_file(template, values), encoding="utf-8")
         rendered.append(target)
     return rendered
 
@@ -141,16 +140,6 @@ def test_rendered_rule_file_passes_promtool_check(
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_engine_environment_renders_the_same_rule_files(rendered: list[Path]) -> None:
-    from deployer.templating import make_environment
-
-    env = make_environment([TEMPLATES])
-    variables = role_defaults()
-    for rule_file in rendered:
-        engine_text = env.get_template(f"{rule_file.name}.j2").render(**variables)
-        assert engine_text == rule_file.read_text(encoding="utf-8"), rule_file.name
-
-
 def test_every_alert_has_severity_summary_description_and_runbook(rendered: list[Path]) -> None:
     alerts = rules_of(rendered, "alert")
     assert alerts
@@ -172,7 +161,7 @@ def test_recording_rules_are_named_level_metric_operations(rendered: list[Path])
     assert records
     for name in records:
         level, metric, operations = name.split(":")
-        assert level in {"node", "cluster"} and metric and operations, name
+        assert level in {"gpu", "node", "cluster"} and metric and operations, name
 
 
 def test_xid_alerts_use_the_windowed_count_not_the_last_code_gauge(rendered: list[Path]) -> None:
@@ -241,7 +230,13 @@ GPU0 = {
     "UUID": "GPU-0100",
     "modelName": "NVIDIA H100 80GB HBM3",
 }
-T4 = GPU0 | {"instance": "inf01:9400", "node": "inf01", "gpu_model": "T4", "modelName": "Tesla T4"}
+# an HBM board the model data does not list: a site exempts it by its gpu_model label
+H20 = GPU0 | {
+    "instance": "inf01:9400",
+    "node": "inf01",
+    "gpu_model": "H20",
+    "modelName": "NVIDIA H20",
+}
 DRAIN_FOR_HBM = (
     "Drain gpu01 now: HBM slows down at its max operating temperature and is damaged above "
     "it. Check cooling; the core temperature can look normal while the memory overheats."
@@ -286,7 +281,8 @@ OVERRIDE_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "1m",
             [
                 {
-                    "exp_labels": GPU0 | {"severity": "critical"},
+                    "exp_labels": GPU0
+                    | {"severity": "critical", "alert_family": "gpu_temperature"},
                     "exp_annotations": {
                         "summary": "GPU memory (HBM) of GPU 0 on gpu01 at 75 °C",
                         "description": "The memory of GPU 0 (GPU-0100, NVIDIA H100 80GB HBM3) on "
@@ -307,7 +303,7 @@ OVERRIDE_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "6m",
             [
                 {
-                    "exp_labels": GPU0 | {"severity": "warning"},
+                    "exp_labels": GPU0 | {"severity": "warning", "alert_family": "gpu_temperature"},
                     "exp_annotations": {
                         "summary": "GPU 0 on gpu01 at 75 °C",
                         "description": "GPU 0 (GPU-0100, NVIDIA H100 80GB HBM3) on gpu01 is at "
@@ -335,7 +331,12 @@ OVERRIDE_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             [
                 {
                     "exp_labels": GPU0
-                    | {"severity": "critical", "xid": "13", "window_size_in_ms": "300000"},
+                    | {
+                        "severity": "critical",
+                        "alert_family": "gpu_xid",
+                        "xid": "13",
+                        "window_size_in_ms": "300000",
+                    },
                     "exp_annotations": {
                         "summary": "XID 13 on gpu01 GPU 0",
                         "description": "GPU 0 (GPU-0100, NVIDIA H100 80GB HBM3) on gpu01 raised "
@@ -363,6 +364,7 @@ OVERRIDE_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
                 {
                     "exp_labels": {
                         "severity": "critical",
+                        "alert_family": "gpu_exporter",
                         "job": "gpu-exporter",
                         "instance": "gpu01:9400",
                         "node": "gpu01",
@@ -381,9 +383,9 @@ OVERRIDE_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ),
     (
         "models exempt from the missing memory temperature alert",
-        {"prometheus_rules_memory_temp_exempt_models": ["T4", "L4"]},
+        {"prometheus_rules_memory_temp_exempt_models": ["H20", "L4"]},
         one_alert_test(
-            [series("DCGM_FI_DEV_GPU_TEMP", T4, "50x10")], "GPUMemoryTemperatureMissing", "10m", []
+            [series("DCGM_FI_DEV_GPU_TEMP", H20, "50x10")], "GPUMemoryTemperatureMissing", "10m", []
         ),
     ),
     (
@@ -444,11 +446,47 @@ def test_pcie_limit_without_per_model_overrides_applies_to_every_gpu(tmp_path: P
     rendered = render_rule_pack(role_defaults() | overrides, tmp_path)
     expr = rules_of(rendered, "alert")["GPUPCIeReplayRateHigh"]["expr"]
     assert "gpu_model" not in expr
-    assert expr.strip() == "rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER[5m]) * 60 > 16"
+    assert expr.strip() == (
+        "max without (GPU_I_PROFILE, GPU_I_ID, Hostname, hostname) "
+        "(rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER[5m])) * 60 > 16"
+    )
 
 
 def test_a_missing_variable_fails_rendering(tmp_path: Path) -> None:
     variables = role_defaults()
     del variables["prometheus_rules_memory_temp_critical_celsius"]
-    with pytest.raises(jinja2.UndefinedError, match="prometheus_rules_memory_temp_critical"):
+    with pytest.raises(InputError, match="prometheus_rules_memory_temp_critical"):
         render_rule_pack(variables, tmp_path)
+
+
+# --- metric names come from the field registry ---------------------------------------------
+
+
+def test_rule_templates_name_no_dcgm_field_themselves() -> None:
+    # every DCGM_FI_* / DCGM_EXP_* name reaches the rules from deployer/dcgm_fields.py
+    for template in templates():
+        text = template.read_text(encoding="utf-8")
+        assert not re.findall(r"DCGM_(?:FI|EXP)_[A-Z0-9_]+", text), template.name
+
+
+def test_a_rename_in_the_field_registry_renames_the_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deployer import dcgm_fields
+
+    monkeypatch.setitem(dcgm_fields.METRICS, "gpu_temp", "DCGM_FI_DEV_GPU_TEMP_CELSIUS")
+    rendered = render_rule_pack(role_defaults(), tmp_path)
+    expr = rules_of(rendered, "alert")["GPUTemperatureCritical"]["expr"]
+    assert "DCGM_FI_DEV_GPU_TEMP_CELSIUS < 1e6" in expr
+    assert "DCGM_FI_DEV_GPU_TEMP " not in " ".join(
+        r["expr"] for r in rules_of(rendered, "alert").values()
+    )
+
+
+def test_every_alert_has_an_identity_and_a_family(rendered: list[Path]) -> None:
+    from deployer import rule_pack
+
+    alerts = rules_of(rendered, "alert")
+    assert set(alerts) == set(rule_pack.ALERT_SCOPES)
+    for name, rule in alerts.items():
+        assert rule["labels"].get("alert_family"), name
