@@ -13,6 +13,7 @@ import jinja2
 
 from deployer.errors import InputError
 from deployer.inventory.model import ConnectionSpec
+from deployer.unsafe import is_unsafe
 
 HOST_KEY_POLICIES = ("verify", "accept-new")
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -149,7 +150,7 @@ def render_connection_vars(
     rendered = variables
     for key in _CONNECTION_VARS:
         value = variables.get(key)
-        if isinstance(value, str) and ("{{" in value or "{%" in value):
+        if isinstance(value, str) and ("{{" in value or "{%" in value) and not is_unsafe(value):
             if rendered is variables:
                 rendered = dict(variables)
                 scope = {**variables, **context()}

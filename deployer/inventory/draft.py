@@ -78,14 +78,10 @@ class Draft:
         check_var_name(key, origin)
         g = self.groups[group]
         if key == "ansible_group_priority":
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InputError(
-                    "ansible_group_priority must be an integer",
-                    source=origin[0],
-                    line=origin[1],
-                    key=key,
-                )
-            g.priority = value
+            # A property of the group, not a variable (Ansible's Group.set_variable): it orders
+            # the group among its siblings when variables merge, and no host sees it.
+            g.priority = _priority(value, origin)
+            return
         g.inventory_vars[key] = value
         g.inventory_var_origins[key] = origin
 
@@ -115,3 +111,18 @@ class Draft:
                 self.checked_names.add(check_var_name(key, where))
             host.inline_vars[key] = value
             host.inline_origins[key] = where
+
+
+def _priority(value: Any, origin: Origin) -> int:
+    """``ansible_group_priority`` as Ansible reads it (``int(value)``): an integer, or a string
+    of one."""
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(
+            f"ansible_group_priority must be an integer, got {value!r}",
+            source=origin[0],
+            line=origin[1],
+            key="ansible_group_priority",
+        )
+    return value

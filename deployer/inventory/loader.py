@@ -60,6 +60,12 @@ def _load_inventory(
 ) -> Inventory:
     root = Path(path)
     if not root.exists():
+        if "," in str(path):
+            raise InputError(
+                "a comma-separated host list (Ansible's host_list inventory plugin) is not "
+                "supported: write the hosts in an inventory file",
+                source=str(root),
+            )
         raise InputError("inventory not found", source=str(root))
     draft = Draft()
     files = inventory_files(root) if root.is_dir() else [root]
@@ -73,6 +79,7 @@ def _load_inventory(
     warnings_: list[str] = []
 
     # Reconcile as Ansible does: every top-level group under all, hosts in no group ungrouped.
+    declared_in_all = list(groups["all"].hosts)
     for name, group in groups.items():
         if name != "all" and not group.parents:
             draft.add_child("all", name, group.defined_at or (str(root), None))
@@ -164,4 +171,5 @@ def _load_inventory(
         extra_vars=extra,
         secrets=secrets,
         warnings_=warnings_,
+        declared_in_all=declared_in_all,
     )

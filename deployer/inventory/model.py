@@ -3,13 +3,15 @@ settings, and the JSON-ready view ``gpumon-deploy inventory`` shows (secrets mas
 
 from __future__ import annotations
 
+import datetime
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from deployer.errors import InputError
+from deployer.inventory.order import member_order
 from deployer.secrets import SecretValues, mask, secret_values_in
 
 # Where a value came from: (file or "-e", line or None).
@@ -89,7 +91,10 @@ class Inventory:
         extra_vars: dict[str, Any],
         secrets: SecretValues,
         warnings_: list[str],
+        declared_in_all: Sequence[str] = (),
     ) -> None:
+        """``declared_in_all``: the hosts declared directly in group ``all``, in order (they
+        come first in ``all``'s order, as in Ansible)."""
         self.sources = sources
         self.groups = groups
         self.hosts: dict[str, Host] = {h.name: h for h in hosts}
@@ -97,25 +102,13 @@ class Inventory:
         self.secrets = secrets
         self.warnings = warnings_
         self._index = {h.name: i for i, h in enumerate(hosts)}
-        self._members: dict[str, list[str]] = {}
-        for name in groups:
-            self._members[name] = self._collect_members(name)
+        # Each group's hosts in Ansible's order (deployer/inventory/order.py).
+        self._members: dict[str, list[str]] = {
+            name: member_order(groups, name, declared_in_all) for name in groups
+        }
         self._hostvars = MappingProxyType({h.name: h.vars for h in hosts})
         self._groups_view = GroupMembers(self._members)
         self._scanned: dict[int, Mapping[str, Any]] = {}
-
-    def _collect_members(self, name: str) -> list[str]:
-        seen: set[str] = set()
-        stack = [name]
-        visited: set[str] = set()
-        while stack:
-            g = stack.pop()
-            if g in visited:
-                continue
-            visited.add(g)
-            seen.update(self.groups[g].hosts)
-            stack.extend(self.groups[g].children)
-        return sorted(seen, key=self._index.__getitem__)
 
     # -- lookups
 
@@ -130,7 +123,8 @@ class Inventory:
         return name in self.hosts
 
     def group_hosts(self, name: str) -> list[str]:
-        """Names of every host in group ``name`` or its descendants, in inventory order."""
+        """Names of every host in group ``name`` or its descendants, in Ansible's order (the
+        group's own hosts, then its children's, breadth first: deployer/inventory/order.py)."""
         if name not in self.groups:
             raise InputError("no such group in the inventory", key=name)
         return list(self._members[name])
@@ -173,12 +167,20 @@ class Inventory:
 
     # -- display
 
-    def to_dict(self, host: str | None = None, mask_secrets: bool = True) -> dict[str, Any]:
+    def to_dict(
+        self,
+        host: str | None = None,
+        mask_secrets: bool = True,
+        selected: Collection[str] | None = None,
+    ) -> dict[str, Any]:
         """JSON-ready view for ``gpumon-deploy inventory``.
 
         Without ``host``: ``{"hosts": {name: {...}}, "groups": {name: {"children", "hosts",
-        "vars"}}}`` with hosts in inventory order. With ``host``: that host's entry alone,
-        ``{"name", "groups", "connection", "vars"}``. Secrets are masked unless told otherwise.
+        "vars"}}}`` with hosts in the order of group ``all``. With ``host``: that host's entry
+        alone, ``{"name", "groups", "connection", "vars"}``. Secrets are masked unless told
+        otherwise. ``selected`` (the hosts a ``--limit`` leaves) shows those hosts only, as
+        ``ansible-inventory --list --limit`` does: each group's hosts are the selected ones,
+        and a group none of whose hosts is selected is left out (``all`` stays).
         """
 
         def shown(value: Any) -> Any:
@@ -195,15 +197,21 @@ class Inventory:
 
         if host is not None:
             return host_entry(self.host(host))
+        chosen = None if selected is None else set(selected)
+
+        def shows(name: str) -> bool:
+            return chosen is None or name in chosen
+
         return {
-            "hosts": {h.name: host_entry(h) for h in self.hosts.values()},
+            "hosts": {n: host_entry(self.hosts[n]) for n in self._members["all"] if shows(n)},
             "groups": {
                 g.name: {
                     "children": list(g.children),
-                    "hosts": list(g.hosts),
+                    "hosts": [n for n in g.hosts if shows(n)],
                     "vars": shown(g.vars),
                 }
                 for g in self.groups.values()
+                if g.name == "all" or chosen is None or not chosen.isdisjoint(self._members[g.name])
             },
         }
 
@@ -236,12 +244,17 @@ class GroupMembers(Mapping[str, list[str]]):
 
 
 def jsonable(value: Any) -> Any:
+    """A value as ansible-inventory shows it in JSON: YAML timestamps and dates in ISO 8601
+    (``2017-03-07T10:20:49+00:00``, as Ansible's JSON encoder writes them), other values that
+    JSON has no type for as text."""
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [jsonable(v) for v in value]
     if value is None or isinstance(value, bool | int | float | str):
         return value
+    if isinstance(value, datetime.date | datetime.time):  # a datetime is a date too
+        return value.isoformat()
     return str(value)
 
 

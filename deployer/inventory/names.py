@@ -20,8 +20,10 @@ MAGIC_VARS = frozenset(
     {"inventory_hostname", "inventory_hostname_short", "group_names", "groups", "hostvars"}
 )
 
-_GROUP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_\-]*[A-Za-z0-9_])?"
+# Letters and digits of any script, as Ansible's host name rule (lib/ansible/parsing/utils/
+# addresses.py, re.UNICODE ``\w``): "příbor" and "česko" are names.
+_GROUP_NAME = re.compile(r"^\w[\w.\-]*$")
+_LABEL = r"\w(?:[\w\-]*\w)?"
 _HOST_NAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*\.?$")
 
 

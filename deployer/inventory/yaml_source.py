@@ -26,7 +26,8 @@ def parse_yaml(draft: Draft, data: Any, path: str, text: str) -> None:
         )
     if "plugin" in data:
         raise InputError(
-            "inventory plugin configuration is not supported; give a static YAML or INI inventory",
+            "inventory plugin configuration is not supported; give a static YAML, INI or TOML "
+            "inventory",
             source=path,
             line=data.line_of("plugin"),
             key="plugin",
