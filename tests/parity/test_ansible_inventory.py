@@ -5,16 +5,21 @@ inventory of ``../shared/ansible_inventory_corpus/`` (read through ``tests/reali
 copied) and over a few inventories written here that the corpus does not hold (IPv6 and non-ASCII
 host names, a group whose order is not the definition order, ``!unsafe``, timestamps,
 ``ansible_group_priority``, TOML). For each it runs ``ansible-inventory -i X --list``,
-``ansible-inventory -i X --host H`` for the first and the last host, and ``ansible all -i X
---list-hosts --limit PAT`` for a batch of patterns built from the inventory's own groups and
-hosts (group, host, ``a:b``, ``a:&b``, ``a:!b``, ``a,b``, ``!g``, ``~regex``, ``prefix*``,
-``name?``, subscripts ``g[0]``, ``g[-1]``, ``g[1:]``, IPv6 addresses). gpumon-deploy must agree on:
+``ansible-inventory -i X --host H`` for the first and the last host, and, for a batch of
+patterns built from the inventory's own groups and hosts (group, host, ``a:b``, ``a:&b``,
+``a:!b``, ``a,b``, ``!g``, ``~regex``, ``prefix*``, ``name?``, subscripts ``g[0]``, ``g[-1]``,
+``g[1:]``, ``g[0:1]``, IPv6 addresses), what ``ansible all -i X --list-hosts --limit PAT`` and
+``ansible PAT -i X --list-hosts`` list. gpumon-deploy must agree on:
 
 - whether the inventory is valid: one ansible-core rejects, gpumon-deploy rejects too (exit 2,
   naming the file and line);
-- the hosts and the groups with their hosts and children, in ansible-core's order;
+- the hosts and the groups with their hosts and children, and the groups' order;
 - each host's variables (``--list``'s hostvars and ``--host``), as JSON;
-- the hosts each pattern selects, in order, and which patterns are errors.
+- the hosts each pattern selects as ``--limit`` (``select_limit``) and as a play's ``hosts:``
+  (``select``), in order, and which patterns are errors; and ``gpumon-deploy inventory --limit``.
+
+Where ansible-core's own order is left to a Python set (tests/parity/ansible_order.py), any order
+it could give is accepted, and a subscript there is held to the number of hosts it picks.
 
 ansible-core runs twice per session (one process for every ``--list``/``--host``, one for every
 pattern batch, a fork per call inside it), and its answers are kept for the session.
