@@ -300,7 +300,11 @@ def inventory(
     session = DeploySession.load(
         RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars)), plan=False
     )
-    data = session.inventory_view(host)
+    if host is None and limit is not None:
+        # The selected hosts only, as ansible-inventory --list --limit shows them.
+        data = session.inventory.to_dict(selected=session.hosts)
+    else:
+        data = session.inventory_view(host)
     if output == "json":
         click.echo(json.dumps(data, indent=2, default=str))
         return

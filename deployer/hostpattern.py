@@ -1,29 +1,36 @@
-"""``--limit`` host patterns, evaluated as Ansible evaluates them (inventory/manager.py).
+"""``--limit`` host patterns, evaluated as Ansible evaluates them (ansible-core 2.19.14,
+lib/ansible/inventory/manager.py: split_host_pattern, order_patterns, _evaluate_patterns,
+_enumerate_matches, _apply_subscript; the parity test in tests/parity/ holds us to it).
 
-A limit is a list of patterns separated by ``,`` (or, with no comma, by ``:``, which Ansible keeps
-for compatibility; brackets such as ``gpu[0:1]`` are not split). Each pattern is one of:
+A limit is a list of patterns separated by ``,``; with no comma, by ``:`` (which Ansible keeps for
+compatibility), unless the whole limit is one address: an IPv6 address such as
+``fe80::1610:9fff:fedd:654b`` is one pattern, and brackets such as ``gpu[0:1]`` are not split.
+Each pattern is one of:
 
 - ``all`` or ``*``: every host;
 - a host name or group name (a group means all hosts in it and its descendants);
 - a shell glob (``gpu*``, ``prom0?``, ``rack[ab]-*``) matched against group names and host names;
 - a regex after ``~`` (``~gpu0[1-3]``), matched from the start of the name;
-- any of those with a subscript selecting from its hosts: ``gpu[0]``, ``gpu[-1]``, ``gpu[0:1]``
-  (inclusive), ``gpu[2:]``;
+- any of those but a regex with a subscript picking from its hosts in the group's order
+  (deployer/inventory/order.py, not the order the file first named them): ``gpu[0]``,
+  ``gpu[-1]``, ``gpu[0:1]`` (inclusive), ``gpu[2:]``;
 - ``@file``: the patterns listed in a file, one per line.
 
 A leading ``&`` intersects and ``!`` excludes. Regular patterns are applied first (a union, in the
 order given), then every ``&``, then every ``!``, whatever order they were written in; with only
-``&``/``!`` patterns the base is ``all``. Each pattern's hosts come in inventory order. A name that
-is both a host and a group means the host.
+``&``/``!`` patterns the base is ``all``. A name that is both a host and a group means the host.
+:func:`select` gives a pattern's hosts in Ansible's evaluation order (a play's ``hosts:``);
+:func:`select_limit` gives what ``--limit`` leaves of ``all``, in ``all``'s order.
 
 Stricter than Ansible (which warns and goes on): a pattern that matches no group and no host, a
-bad regex, a subscript out of range, or a limit selecting no host at all is an InputError naming
-the pattern.
+bad regex, a subscript out of range or selecting nothing, the removed ``[x-y]`` subscript, or a
+limit selecting no host at all is an InputError naming the pattern.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,17 +41,27 @@ if TYPE_CHECKING:
     from deployer.inventory import Host, Inventory
 
 _COLON_SPLIT = re.compile(r"(?:[^\s:\[\]]|\[[^\]]*\])+")
+# Ansible's PATTERN_WITH_SUBSCRIPT (lib/ansible/inventory/manager.py): an index, or a range
+# whose start is given; "[x-y]" is the old range syntax that Ansible only warns about.
 _SUBSCRIPT = re.compile(
     r"""^
-        (.+)                    # the pattern, followed by
+        (.+)                        # the pattern, followed by
         \[(?:
-            (-?[0-9]+)          # a single index
-            |([0-9]*)(:)([0-9]*)   # or an inclusive start:end range
+            (-?[0-9]+)              # a single index
+            |([0-9]+)([:-])([0-9]*) # or an inclusive start:end range
         )\]
     $""",
     re.X,
 )
-_GLOB_CHARS = ("*", "?", "[", ".")
+_GLOB_CHARS = (".", "?", "*", "[")
+
+# A single address as Ansible's parse_address(allow_ranges=True) reads one (lib/ansible/parsing/
+# utils/addresses.py): a limit without a comma that is one is not split on its colons.
+_RANGE = r"\[(?:[a-z]:[a-z]|[0-9]+:[0-9]+)(?::[0-9]+)?\]"
+_LABEL = rf"(?:\w|{_RANGE})(?:[\w-]|{_RANGE})*(?<![_-])"
+_HOSTNAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$", re.I)
+_BRACKETED_PORT = re.compile(r"^\[(.+)\]:([0-9]+)$")
+_HOST_PORT = re.compile(r"^((?:[^:\[\]]|\[[^\]]*\])*):([0-9]+)$")
 
 
 class NoHostsMatched(InputError):
@@ -67,13 +84,32 @@ def _brackets_pair_up(text: str) -> bool:
     return depth == 0
 
 
-def split_patterns(limit: str) -> list[str]:
-    """Split a limit into single patterns as Ansible does (commas first, else colons).
+def _is_one_address(text: str) -> bool:
+    """Ansible's test before splitting on ':': a host name, IPv4 or IPv6 address (ranges allowed
+    in names), with or without a port."""
+    for form in (_BRACKETED_PORT, _HOST_PORT):
+        m = form.match(text)
+        if m:
+            text = m.group(1)
+            break
+    if _HOSTNAME.match(text):
+        return True
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
 
-    A colon-separated limit whose brackets do not pair up is an InputError.
+
+def split_patterns(limit: str) -> list[str]:
+    """Split a limit into single patterns as Ansible does: on commas; else, unless the whole
+    limit is one address (an IPv6 address is not split on its colons), on colons outside
+    brackets. A colon-separated limit whose brackets do not pair up is an InputError.
     """
     if "," in limit:
         parts = limit.split(",")
+    elif _is_one_address(limit.strip()):
+        parts = [limit]
     else:
         parts = _COLON_SPLIT.findall(limit)
         # Ansible's split silently drops what it cannot read (an unbalanced "["); refuse instead.
@@ -120,93 +156,110 @@ def _matcher(pattern: str) -> re.Pattern[str]:
         raise InputError(f"invalid host pattern: {exc}", source="--limit", key=pattern) from None
 
 
-def _subscript(pattern: str) -> tuple[str, tuple[int, int | None] | None]:
-    if pattern.startswith("~"):
+def _subscript(pattern: str, full: str) -> tuple[str, tuple[int, int | None] | None]:
+    if pattern.startswith("~"):  # a regex keeps its brackets, as in Ansible
         return pattern, None
     m = _SUBSCRIPT.match(pattern)
     if not m:
         return pattern, None
-    expr, index, start, _colon, end = m.groups()
+    expr, index, start, separator, end = m.groups()
     if index is not None:
         return expr, (int(index), None)
-    return expr, (int(start or 0), int(end) if end else -1)
-
-
-def _match_one(inventory: Inventory, pattern: str, full: str) -> list[Host]:
-    """Hosts matched by one pattern without its ``!``/``&`` prefix; errors name ``full``."""
-    if not pattern:
-        raise InputError("empty pattern after '!' or '&'", source="--limit", key=full)
-    expr, sub = _subscript(pattern)
-    if inventory.has_host(expr) and sub is None:
-        return [inventory.host(expr)]
-    if expr in ("all", "*"):
-        hosts = list(inventory.hosts.values())
-        matched_name = True
-    else:
-        regex = _matcher(expr)
-        groups = [g for g in inventory.groups if regex.match(g)]
-        names: set[str] = set()
-        for g in groups:
-            names.update(inventory.group_hosts(g))
-        matched_name = bool(groups)
-        if not groups or expr.startswith("~") or any(c in expr for c in _GLOB_CHARS):
-            host_names = [n for n in inventory.hosts if regex.match(n)]
-            names.update(host_names)
-            matched_name = matched_name or bool(host_names)
-        hosts = [inventory.host(n) for n in sorted(names, key=inventory.host_index)]
-    if not matched_name:
-        raise NoHostsMatched(
-            "matches no host or group in the inventory", source="--limit", key=full
-        )
-    if sub is None:
-        return hosts
-    start, end = sub
-    if end is None:
-        if not -len(hosts) <= start < len(hosts):
-            raise InputError(
-                f"subscript [{start}] is out of range: {len(hosts)} host(s) matched",
-                source="--limit",
-                key=full,
-            )
-        return [hosts[start]]
-    if end == -1:
-        end = len(hosts) - 1
-    if start >= len(hosts) or end < start:
+    if separator == "-":
         raise InputError(
-            f"subscript [{start}:{end}] selects nothing from {len(hosts)} host(s)",
+            f"subscript [{start}-{end}]: write [{start}:{end}] (inclusive; Ansible removed "
+            "the [x-y] form)",
             source="--limit",
             key=full,
         )
-    return hosts[start : end + 1]
+    return expr, (int(start), int(end) if end else -1)
 
 
-def select(inventory: Inventory, limit: str | None) -> list[Host]:
-    """The hosts a ``--limit`` selects, in order; None or empty-but-absent means all hosts."""
-    if limit is None:
-        return list(inventory.hosts.values())
-    patterns = split_patterns(limit)
+def _enumerate(inventory: Inventory, expr: str) -> tuple[list[str], bool]:
+    """Ansible's _enumerate_matches: the hosts of every group the expression matches (each in
+    its group's order, groups in the inventory's order), then, when no group matched or the
+    expression is a glob or regex, every host it matches; repeats kept, as a subscript picks
+    from this list. And whether it matched a name at all (an empty group is a match)."""
+    regex = _matcher(expr)
+    groups = [g for g in inventory.groups if regex.match(g)]
+    names = [h for g in groups for h in inventory.group_hosts(g)]
+    if not groups or expr.startswith("~") or any(c in expr for c in _GLOB_CHARS):
+        names.extend(n for n in inventory.hosts if regex.match(n))
+    return names, bool(groups or names)
+
+
+def _match_one(inventory: Inventory, pattern: str, full: str) -> list[str]:
+    """Host names matched by one pattern without its ``!``/``&`` prefix; errors name ``full``."""
+    if not pattern:
+        raise InputError("empty pattern after '!' or '&'", source="--limit", key=full)
+    if inventory.has_host(pattern):
+        return [pattern]
+    expr, sub = _subscript(pattern, full)
+    names, matched = _enumerate(inventory, expr)
+    if not matched:
+        raise NoHostsMatched(
+            "matches no host or group in the inventory", source="--limit", key=full
+        )
+    if sub is None or not names:
+        return names
+    # Ansible's _apply_subscript: [i] one host; [a:b] a to b inclusive; [a:] from a on.
+    start, end = sub
+    if end is None or end == 0:
+        if not -len(names) <= start < len(names):
+            raise InputError(
+                f"subscript [{start}] is out of range: {len(names)} host(s) matched",
+                source="--limit",
+                key=full,
+            )
+        return [names[start]]
+    if end == -1:
+        end = len(names) - 1
+    picked = names[start : end + 1]
+    if not picked:
+        raise InputError(
+            f"subscript [{start}:{end}] selects nothing from {len(names)} host(s)",
+            source="--limit",
+            key=full,
+        )
+    return picked
+
+
+def select(inventory: Inventory, pattern: str | None) -> list[Host]:
+    """The hosts a pattern selects, in the order Ansible evaluates it (``ansible PATTERN
+    --list-hosts``); None means every host, in the order of group ``all``."""
+    if pattern is None:
+        return [inventory.host(n) for n in inventory.group_hosts("all")]
+    patterns = split_patterns(pattern)
     if not patterns:
-        raise InputError("empty limit", source="--limit", key=limit)
+        raise InputError("empty limit", source="--limit", key=pattern)
     patterns = _expand_files(patterns)
     if not patterns:
-        raise InputError("limit file lists no patterns", source="--limit", key=limit)
-    for pattern in patterns:
-        if pattern in ("!", "&"):
-            raise InputError("'!' or '&' without a pattern", source="--limit", key=pattern)
-    selected: list[Host] = []
-    for pattern in _ordered(patterns):
-        if pattern[0] == "!":
-            gone = {h.name for h in _match_one(inventory, pattern[1:], pattern)}
-            selected = [h for h in selected if h.name not in gone]
-        elif pattern[0] == "&":
-            keep = {h.name for h in _match_one(inventory, pattern[1:], pattern)}
-            selected = [h for h in selected if h.name in keep]
+        raise InputError("limit file lists no patterns", source="--limit", key=pattern)
+    for one in patterns:
+        if one in ("!", "&"):
+            raise InputError("'!' or '&' without a pattern", source="--limit", key=one)
+    selected: dict[str, None] = {}
+    for one in _ordered(patterns):
+        if one[0] == "!":
+            gone = set(_match_one(inventory, one[1:], one))
+            selected = {n: None for n in selected if n not in gone}
+        elif one[0] == "&":
+            keep = set(_match_one(inventory, one[1:], one))
+            selected = {n: None for n in selected if n in keep}
         else:
-            have = {h.name for h in selected}
-            matched = _match_one(inventory, pattern, pattern)
-            selected.extend(h for h in matched if h.name not in have)
+            for name in _match_one(inventory, one, one):
+                selected.setdefault(name, None)
     if not selected:
         raise NoHostsMatched(
-            "no hosts matched: the limit selects no hosts", source="--limit", key=limit
+            "no hosts matched: the limit selects no hosts", source="--limit", key=pattern
         )
-    return selected
+    return [inventory.host(n) for n in selected]
+
+
+def select_limit(inventory: Inventory, limit: str | None) -> list[Host]:
+    """The hosts ``--limit`` leaves, in the order of group ``all`` (what ``ansible all --limit
+    PAT --list-hosts`` and ``ansible-inventory --list --limit PAT`` show)."""
+    if limit is None:
+        return select(inventory, None)
+    chosen = {h.name for h in select(inventory, limit)}
+    return [inventory.host(n) for n in inventory.group_hosts("all") if n in chosen]

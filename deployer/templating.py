@@ -21,6 +21,7 @@ from jinja2 import StrictUndefined
 from deployer import alertmanager_config, dcgm_fields, file_sd, rule_pack
 from deployer.errors import InputError
 from deployer.secrets import MASK, is_secret_path
+from deployer.unsafe import UnsafeText
 
 _WHOLE_EXPR = re.compile(r"^\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\Z", re.S)
 
@@ -182,9 +183,10 @@ class Renderer:
         self, value: Any, variables: Mapping[str, Any], source: str, line: int | None, key: str
     ) -> Any:
         """Render every string inside ``value``. A string that is one ``{{ expr }}`` keeps the
-        expression's native type (a list stays a list), as in Ansible."""
+        expression's native type (a list stays a list), as in Ansible; ``!unsafe`` text is
+        never rendered."""
         if isinstance(value, str):
-            if "{{" not in value and "{%" not in value:
+            if ("{{" not in value and "{%" not in value) or isinstance(value, UnsafeText):
                 return value
             whole = _WHOLE_EXPR.match(value)
             try:
@@ -254,7 +256,7 @@ def _defined(value: Any) -> Any:
 
 def _has_template(value: Any) -> bool:
     if isinstance(value, str):
-        return "{{" in value or "{%" in value
+        return ("{{" in value or "{%" in value) and not isinstance(value, UnsafeText)
     if isinstance(value, Mapping):
         return any(_has_template(v) for v in value.values())
     if isinstance(value, (list, tuple)):

@@ -1,7 +1,11 @@
-"""YAML loading that remembers where each mapping and key came from, for errors naming file:line."""
+"""YAML loading that remembers where each mapping and key came from, for errors naming file:line.
+
+Ansible's own tags: ``!unsafe`` reads a value as text never templated (deployer/unsafe.py); an
+inline ``!vault`` value is refused, naming vault and what to do instead."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +13,7 @@ import yaml
 
 from deployer.errors import InputError
 from deployer.memory import collector_paused
+from deployer.unsafe import mark_unsafe
 
 
 class SourceDict(dict):
@@ -58,7 +63,28 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = Fal
     return result
 
 
+def _construct_unsafe(loader: _Loader, node: yaml.Node) -> Any:
+    """``!unsafe``: the node read as it would be untagged, every string in it never templated
+    (deployer/unsafe.py)."""
+    untagged = copy.copy(node)
+    untagged.tag = loader.resolve(type(node), node.value, (True, False))
+    return mark_unsafe(loader.construct_object(untagged, deep=True))
+
+
+def _refuse_vault(loader: _Loader, node: yaml.Node) -> Any:
+    raise InputError(
+        f"an inline Ansible Vault value ({node.tag}) cannot be read: vault is not supported. "
+        "Decrypt it (ansible-vault decrypt reads the value on stdin) and pass the secret with "
+        "-e @file from a secret store, readable only by you (mode 0600)",
+        source=loader.source,
+        line=node.start_mark.line + 1,
+    )
+
+
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_Loader.add_constructor("!unsafe", _construct_unsafe)
+for _tag in ("!vault", "!vault-encrypted"):
+    _Loader.add_constructor(_tag, _refuse_vault)
 
 
 # Parse with libyaml when PyYAML has it (an inventory can hold 100,000 hosts; the pure-Python

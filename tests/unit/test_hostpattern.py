@@ -149,3 +149,82 @@ def test_a_pattern_naming_nothing_is_distinguishable_from_a_malformed_one(invent
 )
 def test_limit_is_split_on_commas_else_on_colons_outside_brackets(limit: str, patterns) -> None:
     assert split_patterns(limit) == patterns
+
+
+# -- the group's order, as Ansible's Group.get_hosts gives it (issue 14, 1.2)
+
+REORDERED = "n1\nn2\nn3\n[g]\nn2\nn1\nn3\n"
+
+
+def load_text(tmp_path: Path, text: str, name: str = "hosts"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return load_inventory(path, secrets=SecretValues())
+
+
+@pytest.mark.parametrize(
+    ("limit", "expected"),
+    [("g[0]", ["n2"]), ("g[-1]", ["n3"]), ("g[1:]", ["n1", "n3"]), ("g[0:1]", ["n2", "n1"])],
+)
+def test_a_subscript_picks_in_the_groups_order_not_the_files(
+    tmp_path: Path, limit: str, expected: list[str]
+) -> None:
+    # ansible all -i hosts --list-hosts --limit 'g[0]' lists n2 (ansible-core 2.19.14)
+    assert names(load_text(tmp_path, REORDERED), limit) == expected
+
+
+def test_a_group_lists_its_own_hosts_then_its_childrens_breadth_first(tmp_path: Path) -> None:
+    inv = load_text(
+        tmp_path,
+        "all:\n  children:\n    a:\n      children:\n        a1:\n          hosts:\n"
+        "            deep1:\n        a2:\n          hosts:\n            deep2:\n"
+        "      hosts:\n        mid1:\n    b:\n      hosts:\n        mid2:\n        deep1:\n",
+        "hosts.yml",
+    )
+    assert names(inv, "a") == ["mid1", "deep1", "deep2"]
+    assert names(inv, None) == ["mid1", "mid2", "deep1", "deep2"]  # all: a, b, then a1, a2
+
+
+def test_a_glob_subscript_picks_from_every_matched_groups_hosts_in_turn(tmp_path: Path) -> None:
+    inv = load_text(tmp_path, "[g1]\nx\ny\n[g2]\ny\nz\n")
+    # Ansible's _enumerate_matches: g1's hosts, then g2's, repeats kept until the end.
+    assert names(inv, "g*[2]") == ["y"]
+    assert names(inv, "g*[3]") == ["z"]
+
+
+def test_a_limit_leaves_the_hosts_of_all_in_alls_order(tmp_path: Path) -> None:
+    from deployer.hostpattern import select_limit
+
+    inv = load_text(tmp_path, REORDERED)
+    assert names(inv, "n3,g[0]") == ["n3", "n2"]  # the pattern's order (a play's hosts)
+    assert [h.name for h in select_limit(inv, "n3,g[0]")] == ["n2", "n3"]  # --limit: all's
+
+
+def test_the_removed_dash_subscript_is_refused_naming_the_colon_form(inventory) -> None:
+    with pytest.raises(InputError, match=r"write \[1:2\]"):
+        select(inventory, "gpu[1-2]")
+
+
+# -- IPv6 host names in patterns (issue 14, 1.3)
+
+IPV6 = "fe80::1610:9fff:fedd:654b\n[v6]\n2001:db8::1\n2001:db8::2\n[2001:db8::3]:2200\n"
+
+
+@pytest.mark.parametrize(
+    ("limit", "expected"),
+    [
+        ("fe80::1610:9fff:fedd:654b", ["fe80::1610:9fff:fedd:654b"]),
+        ("2001:db8::1,2001:db8::3", ["2001:db8::1", "2001:db8::3"]),
+        ("v6,!2001:db8::2", ["2001:db8::1", "2001:db8::3"]),
+        # Not one address: split on ':' as Ansible splits it, unless a comma says otherwise.
+        ("~2001:db8::[12],", ["2001:db8::1", "2001:db8::2"]),
+    ],
+)
+def test_an_ipv6_host_name_is_one_pattern(tmp_path: Path, limit: str, expected: list) -> None:
+    assert names(load_text(tmp_path, IPV6), limit) == expected
+
+
+def test_a_limit_that_is_one_address_is_not_split_on_its_colons() -> None:
+    assert split_patterns("fe80::1610:9fff:fedd:654b") == ["fe80::1610:9fff:fedd:654b"]
+    assert split_patterns("[2001:db8::3]:2200") == ["[2001:db8::3]:2200"]
+    assert split_patterns("gpu:prom") == ["gpu", "prom"]

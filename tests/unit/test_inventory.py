@@ -376,3 +376,45 @@ def test_load_does_not_turn_on_a_collector_the_caller_turned_off(tmp_path: Path)
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+# -- names of any script (issue 14, 1.4)
+
+
+def test_host_and_group_names_may_hold_letters_of_any_script(tmp_path: Path) -> None:
+    inv = load(
+        write(
+            tmp_path / "h.yml",
+            "all:\n  hosts:\n    příbor:\n      city: Příbor\n  children:\n    česko:\n"
+            "      hosts:\n        ostrava.cz:\n        příbor:\n",
+        )
+    )
+    assert inv.group_hosts("česko") == ["ostrava.cz", "příbor"]
+    assert inv.host("příbor").vars["city"] == "Příbor"
+
+
+def test_a_host_name_with_a_character_no_name_holds_is_still_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="invalid host name"):
+        load(write(tmp_path / "h.ini", "[g]\nbad$host\n"))
+
+
+# -- the inventory command (issue 14, 1.1)
+
+
+def test_inventory_command_with_a_limit_shows_the_selected_hosts_only(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from deployer.cli import cli
+
+    path = write(
+        tmp_path / "hosts", "n1\n[gpu]\ngpu01\ngpu02\n[prom]\nprom01\n[rack:children]\ngpu\n"
+    )
+    result = CliRunner().invoke(
+        cli, ["inventory", "-i", str(path), "--limit", "gpu[1]:prom01", "--output", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    view = json.loads(result.output)
+    # In all's order, as ansible-inventory --list --limit: prom (top level) before rack's gpu.
+    assert list(view["hosts"]) == ["prom01", "gpu02"]
+    assert view["groups"]["gpu"]["hosts"] == ["gpu02"]
+    assert set(view["groups"]) == {"all", "gpu", "prom", "rack"}  # ungrouped's n1 left out

@@ -124,3 +124,23 @@ def test_invalid_extra_var_name_passed_to_load_is_refused() -> None:
     with pytest.raises(InputError, match="invalid variable name") as caught:
         load_inventory(BAD.parent / "equivalent" / "hosts.yml", {"gpu-model": "H100"})
     assert caught.value.key == "gpu-model"
+
+
+def test_a_dynamic_inventory_script_is_refused_by_name_and_not_run(tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    script = tmp_path / "inventory.py"
+    script.write_text(f"#!/bin/sh\ntouch {ran}\necho '{{}}'\n")
+    script.chmod(0o755)
+    with pytest.raises(InputError, match=r"dynamic inventory scripts .* are not run") as refused:
+        load_inventory(
+            script,
+        )
+    assert refused.value.source == str(script)
+    assert not ran.exists()
+
+
+def test_a_comma_separated_host_list_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="comma-separated host list"):
+        load_inventory(
+            "gpu01,gpu02,",
+        )

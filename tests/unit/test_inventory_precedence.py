@@ -78,3 +78,20 @@ def test_a_later_layer_replaces_a_mapping_whole(tmp_path: Path) -> None:
 
 def test_later_extra_vars_items_override_earlier_ones() -> None:
     assert parse_extra_vars(["a=1 b=2", "b=3"]) == {"a": "1", "b": "3"}
+
+
+def test_ansible_group_priority_is_the_groups_property_not_a_variable() -> None:
+    # Ansible's Group.set_variable takes it as the priority and keeps no variable of it.
+    inv = load_inventory(FIXTURES / "siblings" / "priority.yml", secrets=SecretValues())
+    assert inv.groups["alpha"].priority == 10
+    assert "ansible_group_priority" not in inv.host("gpu01").vars
+    assert "ansible_group_priority" not in inv.to_dict()["groups"]["alpha"]["vars"]
+
+
+def test_ansible_group_priority_may_be_written_as_a_string_of_an_integer(tmp_path: Path) -> None:
+    (tmp_path / "h.ini").write_text(
+        "[zeta]\ngpu01\n[zeta:vars]\nrack=z\n[alpha]\ngpu01\n"
+        "[alpha:vars]\nrack=a\nansible_group_priority='10'\n"
+    )
+    inv = load_inventory(tmp_path / "h.ini", secrets=SecretValues())
+    assert inv.host("gpu01").vars["rack"] == "a"

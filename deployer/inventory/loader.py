@@ -1,0 +1,175 @@
+"""Loading an inventory: read every source into a Draft, reconcile as Ansible does (top-level
+groups under ``all``, hosts in no group in ``ungrouped``), read group_vars/ and host_vars/, merge
+each host's variables, register secret values, and build each host's connection settings."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from deployer.errors import InputError
+from deployer.inventory.connection_vars import connection_spec, render_connection_vars
+from deployer.inventory.draft import Draft
+from deployer.inventory.model import Host, Inventory
+from deployer.inventory.names import MAGIC_VARS, is_identifier
+from deployer.inventory.precedence import Membership, compute_depths, resolve
+from deployer.inventory.sources import inventory_files, parse_file
+from deployer.inventory.vars_files import entity_names, load_entity_vars
+from deployer.memory import collector_paused
+from deployer.secrets import REGISTERED, SecretValues, is_secret_key, secret_values_in
+
+
+def _secrets_in(values: Mapping[str, Any]) -> list[Any]:
+    """``secret_values_in(values)``, without scanning when no key names a secret and no value
+    nests more keys (a host's ``ansible_host`` line); ``is_secret_key`` remembers each name's
+    verdict, so the names recurring on every host are judged once."""
+    for key, value in values.items():
+        if (
+            isinstance(value, Mapping | list | tuple)
+            or not isinstance(key, str)
+            or is_secret_key(key)
+        ):
+            return secret_values_in(values)
+    return []
+
+
+def load_inventory(
+    path: str | Path,
+    extra_vars: Mapping[str, Any] | None = None,
+    secrets: SecretValues | None = None,
+) -> Inventory:
+    """Load and validate an inventory file or directory; every problem is an InputError.
+
+    The values of secret variables are registered in ``secrets`` (by default the process-wide
+    registry that :func:`deployer.secrets.mask_text` uses), so they are masked wherever they show.
+    """
+    # Loading builds millions of containers that all stay alive: the cyclic collector, left on,
+    # rescans them again and again (a fifth of loading 30,000 hosts) and frees none. Paused for
+    # the load only, and left as the caller had it.
+    with collector_paused():
+        return _load_inventory(path, extra_vars, secrets)
+
+
+def _load_inventory(
+    path: str | Path,
+    extra_vars: Mapping[str, Any] | None,
+    secrets: SecretValues | None,
+) -> Inventory:
+    root = Path(path)
+    if not root.exists():
+        if "," in str(path):
+            raise InputError(
+                "a comma-separated host list (Ansible's host_list inventory plugin) is not "
+                "supported: write the hosts in an inventory file",
+                source=str(root),
+            )
+        raise InputError("inventory not found", source=str(root))
+    draft = Draft()
+    files = inventory_files(root) if root.is_dir() else [root]
+    if not files:
+        raise InputError("no inventory files in this directory", source=str(root))
+    for file in files:
+        parse_file(draft, file)
+
+    groups = draft.groups
+    base = root if root.is_dir() else root.parent
+    warnings_: list[str] = []
+
+    # Reconcile as Ansible does: every top-level group under all, hosts in no group ungrouped.
+    declared_in_all = list(groups["all"].hosts)
+    for name, group in groups.items():
+        if name != "all" and not group.parents:
+            draft.add_child("all", name, group.defined_at or (str(root), None))
+    for host in draft.hosts.values():
+        others = [g for g in host.groups if g not in ("all", "ungrouped")]
+        if not others and "ungrouped" not in host.groups:
+            host.groups.append("ungrouped")
+            groups["ungrouped"].hosts.append(host.name)
+        if "all" in host.groups:
+            host.groups.remove("all")
+            groups["all"].hosts.remove(host.name)
+        if others and "ungrouped" in host.groups:
+            host.groups.remove("ungrouped")
+            groups["ungrouped"].hosts.remove(host.name)
+    # Ungrouped hosts come first in ``all`` only if defined first; hosts stay in definition order.
+
+    for name in draft.hosts:
+        if name in groups:
+            warnings_.append(f"{name!r} is both a host and a group; a --limit of it means the host")
+
+    compute_depths(groups)
+
+    group_vars_dir, host_vars_dir = base / "group_vars", base / "host_vars"
+    if group_vars_dir.is_dir():
+        for name, group in groups.items():
+            group.file_vars, group.file_var_origins = load_entity_vars(group_vars_dir, name)
+        for name in entity_names(group_vars_dir):
+            if name not in groups:
+                warnings_.append(f"{group_vars_dir / name}: no group {name!r} in the inventory")
+    if host_vars_dir.is_dir():
+        for name, host in draft.hosts.items():
+            host.file_vars, host.file_origins = load_entity_vars(host_vars_dir, name)
+        for name in entity_names(host_vars_dir):
+            if name not in draft.hosts:
+                warnings_.append(f"{host_vars_dir / name}: no host {name!r} in the inventory")
+
+    extra = dict(extra_vars or {})
+    for key in extra:
+        if not is_identifier(key) or key in MAGIC_VARS:
+            raise InputError(f"invalid variable name {key!r}", source="-e", key=str(key))
+
+    secrets = REGISTERED if secrets is None else secrets
+    for group in groups.values():
+        secrets.add(_secrets_in(group.inventory_vars))
+        secrets.add(_secrets_in(group.file_vars))
+    secrets.add(_secrets_in(extra))
+
+    # Hosts with the same direct groups (a rack's) share their group list and the merge of
+    # their groups' variables: computed once per distinct membership, not per host.
+    memberships: dict[tuple[str, ...], Membership] = {}
+    member_groups: dict[str, Membership] = {}
+    for name, draft_host in draft.hosts.items():
+        direct = tuple(draft_host.groups)
+        membership = memberships.get(direct)
+        if membership is None:
+            membership = memberships[direct] = Membership(groups, direct)
+        member_groups[name] = membership
+    group_members: dict[str, list[str]] = {g: [] for g in groups}
+    for host_name, membership in member_groups.items():
+        for g in membership.ordered:
+            group_members[g].append(host_name)
+
+    # Every host names the same key and known_hosts files: expand each path once per load.
+    expand_user = functools.lru_cache(maxsize=None)(os.path.expanduser)
+    hosts: list[Host] = []
+    for name, draft_host in draft.hosts.items():
+        for found in (_secrets_in(draft_host.inline_vars), _secrets_in(draft_host.file_vars)):
+            if found:
+                secrets.add(found)
+        membership = member_groups[name]
+        variables, origins = resolve(membership, draft_host, extra)
+        rendered = render_connection_vars(
+            variables,
+            lambda name=name, membership=membership: {
+                "inventory_hostname": name,
+                "inventory_hostname_short": name.split(".")[0],
+                "group_names": list(membership.group_names),
+                "groups": group_members,
+            },
+            origins,
+        )
+        connection = connection_spec(name, rendered, origins, expand_user)
+        hosts.append(Host(name, membership.ordered, variables, connection, origins))
+
+    return Inventory(
+        sources=[str(f) for f in files],
+        groups=groups,
+        hosts=hosts,
+        extra_vars=extra,
+        secrets=secrets,
+        warnings_=warnings_,
+        declared_in_all=declared_in_all,
+    )
