@@ -135,7 +135,7 @@ def test_q_reports_the_cuda_version_of_the_branch(
     tmp_path: Path, debs, packages, cuda: str
 ) -> None:
     out = smi(host(tmp_path, debs, packages), "-q").stdout
-    assert f"CUDA Version                              : {cuda}" in out
+    assert f"\nCUDA Version                                           : {cuda}\n" in out
 
 
 def test_first_use_loads_the_module_and_writes_proc_version_open_wording(
