@@ -37,7 +37,7 @@ DISCOVERIES = [
     Discovery("dcgmi/discovery-l__dcgm-2.x__a100-sxm4-40gb.txt", "4.4.2", "A100", 8,
               other_name=True),
     Discovery("dcgmi/discovery-l__dcgm-3.x__h200.txt", "4.4.2", "H200", 1),
-    Discovery("dcgmi/discovery-l__dcgm-4.x-active__a10g.txt", "4.5.3", "A10G", 1, trimmed=True),
+    Discovery("dcgmi/discovery-l__dcgm-4.x-active__a10g.txt", "4.5.3", "A10", 1, trimmed=True),
 ]  # fmt: skip
 
 

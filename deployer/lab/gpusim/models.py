@@ -172,7 +172,8 @@ MODELS: dict[str, GpuModel] = {m.short: m for m in (
              source=f"{L40S_595} (memory temperature N/A, T.Limit 64+24, slowdown -2, shutdown -5); "
                     f"idle clocks 210/405 MHz and MEMORY_TEMP 0: {L40S_SCRAPE}",
              unverified=("idle_video_clock",)),
-    GpuModel("A10G", "NVIDIA A10G", 23028, 435, "Ampere", "8.6", "2237", None, "NVIDIA",
+    # key "A10": the product's compat matrix treats the A10G (AWS's A10) as an A10
+    GpuModel("A10", "NVIDIA A10G", 23028, 435, "Ampere", "8.6", "2237", None, "NVIDIA",
              300, 100, 4, 32768, True, False, 88, 95, 98, None, 1710, 6251, 1500, 210, 405, 555,
              "94.02.75.00.01", "N/A", "N/A", "G133.0210.00.04", "2.0", "6.16", nvlink=False, fan=True,
              source=f"{A10G_515} (R515; its PCI ids read 000000DE there)",
