@@ -314,3 +314,58 @@ def test_version_names_the_release_tag(tmp_path: Path, debs) -> None:
     out = run(host(tmp_path, debs), ["/usr/bin/dcgm-exporter", "--version"]).stdout
     assert out.startswith("dcgm-exporter version 4.4.2-4.7.1\n")
     assert "SIMULATED" in out
+
+
+MIG_HOST = {0: ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}  # gpu05 of the default lab
+
+
+@pytest.fixture
+def mig_served(tmp_path: Path, debs):
+    root = tmp_path / "root"
+    unpack(pick(debs, *DRIVER_580, CORE, EXPORTER), root)
+    prepare_root(root, hardware_for("H100", 2, "gpu05", False, MIG_HOST))
+    (root / "etc/gpusim/extra.csv").write_text(EXTRA_CSV + "DCGM_FI_DEV_FB_FREE, gauge, free\n"
+                                               "DCGM_FI_DEV_GPU_UTIL, gauge, util\n")  # fmt: skip
+    port = free_port()
+    with exporter(root, port, "-f", "/etc/gpusim/extra.csv"):
+        yield root, port
+
+
+def where(s) -> tuple:
+    return (s.labels["gpu"], s.labels.get("GPU_I_ID"), s.labels.get("GPU_I_PROFILE"))
+
+
+def test_a_mig_gpu_is_reported_per_gpu_instance(mig_served) -> None:
+    # device_monitoring.go:97-128 @691c927: with the default -d f, a GPU in MIG mode is its
+    # GPU instances
+    _, port = mig_served
+    text = scrape(port)
+    assert [where(s) for s in samples(text, "DCGM_FI_DEV_GPU_TEMP")] == [
+        ("0", "2", "3g.40gb"), ("0", "3", "2g.20gb"), ("0", "9", "1g.10gb"), ("0", "10", "1g.10gb"),
+        ("1", None, None)]  # fmt: skip
+    assert [where(s) for s in samples(text, "DCGM_FI_DEV_GPU_UTIL")] == [("1", None, None)]
+    assert [where(s)[0] for s in samples(text, "DCGM_FI_DEV_ROW_REMAP_FAILURE")] == ["1"]
+    free = {where(s)[1]: s.value for s in samples(text, "DCGM_FI_DEV_FB_FREE")}
+    assert free["2"] < 40448 and free[None] > 80000
+
+
+def test_an_xid_on_a_mig_gpu_shows_on_each_of_its_instances(mig_served) -> None:
+    root, port = mig_served
+    apply_fault(root, "xid", {"gpu": 0, "xid": 43})
+    text = wait_for(port, lambda t: bool(samples(t, "DCGM_FI_DEV_XID_ERRORS")))
+    xids = samples(text, "DCGM_FI_DEV_XID_ERRORS")
+    assert [(where(s)[1], s.labels["err_code"], s.value) for s in xids] == [
+        ("2", "43", 43), ("3", "43", 43), ("9", "43", 43), ("10", "43", 43)]  # fmt: skip
+    counts = samples(text, "DCGM_EXP_XID_ERRORS_COUNT")
+    assert [(where(s)[:2], s.labels.get("xid"), s.value) for s in counts] == [
+        (("0", "2"), "43", 1), (("0", "3"), "43", 1), (("0", "9"), "43", 1),
+        (("0", "10"), "43", 1), (("1", None), None, 0)]  # fmt: skip
+
+
+def test_a_board_without_a_memory_sensor_reads_zero(tmp_path: Path, debs) -> None:
+    root = host(tmp_path, debs, model="L40S", count=2)
+    port = free_port()
+    with exporter(root, port):
+        fams = families(scrape(port))
+    assert [s.value for s in fams["DCGM_FI_DEV_MEMORY_TEMP"].samples] == [0, 0]
+    assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL" not in fams

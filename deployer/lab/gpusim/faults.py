@@ -112,6 +112,11 @@ def _resolve(kind: str, params: dict, hw: dict) -> dict:
             where = f"GPU instances: {ids}" if ids else "MIG is off there"
             raise InputError(f"{kind}: GPU {gpu} has no GPU instance {out['gpu_instance']} "
                              f"({where})", key="gpu_instance")  # fmt: skip
+    if kind == "memory-temp":
+        desc = next(g for g in hw["gpus"] if g["index"] == gpu)
+        if not desc.get("memory_sensor", True):
+            raise InputError(f"{kind}: GPU {gpu} ({desc['name']}) has no memory temperature "
+                             "sensor (nvidia-smi prints N/A, DCGM reads 0)", key="gpu")  # fmt: skip
     if kind == "xid" and not (0 < out["xid"] <= 65535):
         raise InputError(f"{kind}: an XID is a number from 1 to 65535", key="xid")
     if kind == "upgrade-validation" and out["test"] not in DIAG_TESTS:
