@@ -229,3 +229,23 @@ def test_a_4_6_name_keeps_its_name_as_the_metric_name(tmp_path: Path, debs) -> N
     with Daemon(root, argv, port):
         fams = parse(fetch(port))
     assert {"DCGM_FI_DEV_GPU_TEMP_CELSIUS", "DCGM_FI_DEV_GPU_TEMP"} <= set(fams)
+
+
+@pytest.mark.parametrize("version", [e.version for e in EXPORTERS])
+def test_every_field_upstream_ships_or_the_product_names_is_simulated(version: str) -> None:
+    # the simulator knows only the fields it models (an unmodelled real field would be refused
+    # like an unknown name), so every field of upstream's CSVs, commented-out ones included, and
+    # of the product's catalogue has a simulated reading
+    from deployer import dcgm_fields
+    from deployer.lab.gpusim.standins.exporter import EXPORTER_METRICS, SPECS
+
+    names = set(dcgm_fields.FIELDS)
+    for tag in ("4.4.2-4.7.1", "4.5.3-4.8.2", "HEAD"):
+        for csv_name in ("default-counters.csv", "dcp-metrics-included.csv"):
+            text = capture_text(f"dcgm-exporter/{tag}__{csv_name}")
+            names |= set(re.findall(r"^#?\s*(DCGM_(?:FI|EXP)_\w+)\s*,", text, re.M))
+    known = exporter_fields.field_names(version)
+    if version == "4.7.1":  # go-dcgm 7ac2f77 has no CLOCK_THROTTLE_REASONS alias: fatal there
+        names.discard(exporter_fields.CLOCK_THROTTLE_REASONS)
+    assert {n for n in names if n not in known and n not in EXPORTER_METRICS} == set()
+    assert {n for n in names if n in known and known[n] not in SPECS} == set()
