@@ -266,7 +266,7 @@ class Lab:
         sim = gpusim_module()
         if not h.is_gpu or sim is None:
             return []
-        hardware = sim.hardware_for(h.gpu_model, h.gpu_count, h.name, h.nvswitch)
+        hardware = sim.hardware_for(h.gpu_model, h.gpu_count, h.name, h.nvswitch, mig=h.mig)
         sim.prepare_root(files.merged, hardware)
         return list(sim.nspawn_args(files.dir))
 
@@ -362,7 +362,7 @@ class Lab:
                 "link_up": network.link_is_up(self.machine(h.name)),
                 "boots": int(boots.read_text()) if boots.is_file() else 0,
                 "faults": self.faults(h.name),
-                **({"gpus": f"{h.gpu_count}x{h.gpu_model} (simulated)"} if h.is_gpu else {}),
+                **({"gpus": _gpus_text(h)} if h.is_gpu else {}),
             }
         out["inventory"] = str(self.inventory_path)
         return out
@@ -506,6 +506,11 @@ class Lab:
 # ---------------------------------------------------------------- helpers
 
 
+def _gpus_text(h: LabHost) -> str:
+    mig = f", MIG on GPU {','.join(map(str, h.mig_gpus))}" if h.mig_gpus else ""
+    return f"{h.gpu_count}x{h.gpu_model} (simulated{mig})"
+
+
 def gpusim_module() -> Any:
     """The GPU simulation package when it provides the contract's API, else None."""
     try:
@@ -590,6 +595,7 @@ def topology_to_dict(topology: Topology) -> dict[str, Any]:
                 "gpu_model": h.gpu_model,
                 "gpu_count": h.gpu_count,
                 "nvswitch": h.nvswitch,
+                "mig": h.mig,
                 "vars": h.vars,
             }
             for h in topology.hosts
@@ -612,6 +618,7 @@ def topology_from_dict(data: dict[str, Any]) -> Topology:
                 gpu_count=int(h.get("gpu_count") or 0),
                 nvswitch=bool(h.get("nvswitch")),
                 vars=dict(h.get("vars") or {}),
+                mig=h.get("mig"),
             )
             for h in data["hosts"]
         ),

@@ -3,6 +3,13 @@
 A topology is data (``topologies/default.yml`` or any file passed with ``--topology``).  This
 module parses and validates it (errors name the file, line and key), scales the GPU host count
 and assigns every host its static address on the lab's subnet.
+
+A GPU host names a simulated model (``gpu_model``: a key of the simulator's catalog,
+``deployer.lab.gpusim.models.MODELS``), ``gpu_count``, ``nvswitch`` and optionally ``mig``: the
+GPU instances of GPUs in MIG mode, either one list of profiles for every GPU or a mapping from
+GPU index to a list (the other GPUs keep MIG off). An entry is a profile name (``3g.40gb``) or
+``{profile: 3g.71gb, compute_instances: [1c, 2c]}``; only profiles a real capture shows for the
+model are accepted (the simulator says which), and the layout must fit the GPU.
 """
 
 from __future__ import annotations
@@ -15,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import InputError
+from deployer.lab.gpusim.models import MODELS as SIMULATED_MODELS
+from deployer.lab.gpusim.models import hardware_for
 from deployer.yamlsrc import SourceDict, load_yaml_file
 
 DEFAULT_TOPOLOGY = Path(__file__).with_name("topologies") / "default.yml"
 KNOWN_GROUPS = ("gpu", "prometheus", "alertmanager", "thanos_query")
 MONITORING_GROUPS = ("prometheus", "alertmanager", "thanos_query")
-GPU_MODELS = ("H100", "H200", "A100", "V100", "B200", "GH200", "L40S", "L4", "T4", "A10")
+GPU_MODELS = tuple(SIMULATED_MODELS)
 HOST_VARS = ("cluster", "rack", "slurm_partition", "scrape_tier")
 # Host names become veth names (``vb-<name>``, 15 characters at most) and hostnames.
 _HOST_NAME = re.compile(r"^[a-z][a-z0-9-]{0,11}$")
@@ -40,10 +49,22 @@ class LabHost:
     gpu_count: int = 0
     nvswitch: bool = False
     vars: dict[str, Any] = field(default_factory=dict)
+    #: MIG layout: None (MIG off), a list of GPU instance profiles for every GPU, or a mapping
+    #: GPU index -> list (plain data, as hardware_for() takes it)
+    mig: Any = None
 
     @property
     def is_gpu(self) -> bool:
         return "gpu" in self.groups
+
+    @property
+    def mig_gpus(self) -> list[int]:
+        """Indices of the GPUs in MIG mode."""
+        if self.mig is None:
+            return []
+        if isinstance(self.mig, list):
+            return list(range(self.gpu_count))
+        return sorted(int(k) for k in self.mig)
 
 
 @dataclass(frozen=True)
@@ -148,7 +169,7 @@ def _parse_host(name: Any, spec: Any, parent: dict, source: str) -> dict[str, An
     if spec is None:
         spec = {}
     _expect_mapping(spec, source, parent, name, dotted=key)
-    allowed = ("groups", "address", "gpu_model", "gpu_count", "nvswitch", *HOST_VARS)
+    allowed = ("groups", "address", "gpu_model", "gpu_count", "nvswitch", "mig", *HOST_VARS)
     _only_keys(spec, allowed, source, key + ".")
     groups = spec.get("groups")
     if not isinstance(groups, list) or not groups:
@@ -172,7 +193,7 @@ def _parse_host(name: Any, spec: Any, parent: dict, source: str) -> dict[str, An
     if "address" in spec:
         out["address"] = (spec["address"], _line(spec, "address"))
     is_gpu = "gpu" in groups
-    gpu_keys = [k for k in ("gpu_model", "gpu_count", "nvswitch") if k in spec]
+    gpu_keys = [k for k in ("gpu_model", "gpu_count", "nvswitch", "mig") if k in spec]
     if not is_gpu and gpu_keys:
         raise _err(
             spec,
@@ -204,11 +225,46 @@ def _parse_host(name: Any, spec: Any, parent: dict, source: str) -> dict[str, An
         if not isinstance(nvswitch, bool):
             raise _err(spec, "nvswitch", "must be true or false", source, key + ".nvswitch")
         out.update(gpu_model=model, gpu_count=count, nvswitch=nvswitch)
+        if "mig" in spec:
+            out["mig"] = _parse_mig(spec, name, model, count, nvswitch, source, key)
     out["vars"] = {k: spec[k] for k in HOST_VARS if k in spec}
     for k, v in out["vars"].items():
         if not isinstance(v, str | int):
             raise _err(spec, k, "must be a string", source, f"{key}.{k}")
     return out
+
+
+def _plain(value: Any) -> Any:
+    """YAML-loaded data as plain lists, dicts and strings (JSON-safe, comparable)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _parse_mig(spec: dict, name: str, model: str, count: int, nvswitch: bool, source: str,
+               key: str) -> Any:  # fmt: skip
+    raw = spec["mig"]
+    if isinstance(raw, dict):
+        layout: Any = {}
+        for gpu, entries in raw.items():
+            if isinstance(gpu, bool) or not isinstance(gpu, int):
+                raise _err(raw, gpu, "GPU indices are integers", source, f"{key}.mig.{gpu}")
+            if not isinstance(entries, list) or not entries:
+                raise _err(raw, gpu, "a non-empty list of GPU instance profiles", source,
+                           f"{key}.mig.{gpu}")  # fmt: skip
+            layout[gpu] = _plain(entries)
+    elif isinstance(raw, list) and raw:
+        layout = _plain(raw)
+    else:
+        raise _err(spec, "mig", "a list of GPU instance profiles (e.g. [3g.40gb, 2g.20gb]) or a "
+                   "mapping GPU index -> list", source, f"{key}.mig")  # fmt: skip
+    try:  # the simulator knows which profiles and layouts are real for the model
+        hardware_for(model, count, name, nvswitch, layout)
+    except InputError as exc:
+        raise _err(spec, "mig", exc.message, source, f"{key}.mig") from None
+    return layout
 
 
 def _scale_gpu_hosts(specs: list[dict[str, Any]], count: int, source: str) -> list[dict]:
@@ -298,6 +354,7 @@ def _assign_addresses(
                 gpu_count=spec.get("gpu_count", 0),
                 nvswitch=spec.get("nvswitch", False),
                 vars=dict(spec["vars"]),
+                mig=spec.get("mig"),
             )
         )
     return hosts
@@ -328,6 +385,7 @@ def for_lab_name(topology: Topology, name: str) -> Topology:
             h.gpu_count,
             h.nvswitch,
             dict(h.vars),
+            h.mig,
         )
         for h in topology.hosts
     )

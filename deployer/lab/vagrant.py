@@ -141,6 +141,8 @@ def prepare_hardware(topology: Topology, outdir: Path) -> list[Path]:
     for h in topology.group("gpu"):
         root = outdir / h.name
         root.mkdir(parents=True, exist_ok=True)
-        sim.prepare_root(root, sim.hardware_for(h.gpu_model, h.gpu_count, h.name, h.nvswitch))
+        sim.prepare_root(
+            root, sim.hardware_for(h.gpu_model, h.gpu_count, h.name, h.nvswitch, mig=h.mig)
+        )
         written.append(root)
     return written

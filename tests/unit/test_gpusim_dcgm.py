@@ -60,12 +60,37 @@ def test_discovery_lists_every_gpu_with_bus_id_and_uuid(h100) -> None:
     assert "4 NvSwitches found." in res.stdout
 
 
-def test_discovery_drops_a_missing_gpu(h100) -> None:
+def test_dcgm_4_4_keeps_listing_a_gpu_that_fell_off_the_bus(h100) -> None:
+    # Query.cpp @v4.4.2 lists every GPU entity DCGM has; a lost GPU stays one
     root, port = h100
     apply_fault(root, "gpu-missing", {"gpu": 6})
     res = dcgmi(root, port, "discovery", "-l")
-    assert res.stdout.startswith("7 GPUs found.\n")
-    assert hardware_for("H100", 8, "gpu01", True)["gpus"][6]["uuid"] not in res.stdout
+    assert res.stdout.startswith("8 GPUs found.\n")
+
+
+def test_dcgm_4_5_lists_active_gpus_and_says_one_is_hidden(tmp_path: Path, debs) -> None:
+    root = host(tmp_path, debs, dcgm="4.5.3")
+    port = free_port()
+    lost = hardware_for("H100", 8, "gpu01", True)["gpus"][6]["uuid"]
+    with engine(root, port):
+        apply_fault(root, "gpu-missing", {"gpu": 6})
+        active = dcgmi(root, port, "discovery", "-l").stdout
+        every = dcgmi(root, port, "discovery", "-l", "-a").stdout
+    assert active.startswith("7 GPUs found (Active).\nNote: Use -a flag to show all GPUs, "
+                             "including those that are not active.\n")  # fmt: skip
+    assert lost not in active
+    assert every.startswith("8 GPUs found (All).\n")
+    assert "| 6      | Status: LOST" in every
+    assert f"Device UUID: {lost}" in every
+
+
+def test_dcgm_4_5_counts_gpus_found_active(tmp_path: Path, debs) -> None:
+    root = host(tmp_path, debs, dcgm="4.5.3")
+    port = free_port()
+    with engine(root, port):
+        res = dcgmi(root, port, "discovery", "-l")
+    assert res.returncode == 0
+    assert res.stdout.startswith("8 GPUs found (Active).\n+--------+---")
 
 
 def test_health_is_healthy_without_faults(h100) -> None:
@@ -80,26 +105,65 @@ def test_health_is_healthy_without_faults(h100) -> None:
     ("kind", "params", "system"),
     [
         ("ecc-dbe", {"gpu": 2}, "Memory"),
-        ("gpu-missing", {"gpu": 1}, "PCIe"),
-        ("xid", {"gpu": 0, "xid": 79}, "Driver"),
+        ("gpu-missing", {"gpu": 1}, "ALL"),  # XID 79 is "devastating": any watch reports it
+        ("xid", {"gpu": 0, "xid": 79}, "ALL"),
+        ("xid", {"gpu": 0, "xid": 48}, "ALL"),
     ],
 )
-def test_health_fails_on_a_fault(h100, kind: str, params: dict, system: str) -> None:
+def test_health_reports_a_failure_and_still_exits_zero(h100, kind, params, system) -> None:
+    # Health::CheckWatches returns DCGM_ST_OK whatever it found (Health.cpp:389-391 @v4.6.0)
     root, port = h100
+    assert dcgmi(root, port, "health", "-s", "a").returncode == 0
     apply_fault(root, kind, params)
     res = dcgmi(root, port, "health", "-c", "-j")
-    assert res.returncode == 1
+    assert res.returncode == 0
     body = json.loads(res.stdout)["body"]
     assert body["Overall Health"]["value"] == "Failure"
     assert body["GPU"][str(params["gpu"])]["children"][system]["value"] == "Failure"
 
 
+def test_the_health_text_is_dcgms_tree(h100) -> None:
+    root, port = h100
+    dcgmi(root, port, "health", "-s", "a")
+    apply_fault(root, "ecc-dbe", {"gpu": 2, "count": 3})
+    lines = dcgmi(root, port, "health", "-c").stdout.splitlines()
+    assert lines[:9] == [
+        "+---------------------------+----------------------------------------------------------+",
+        "| Health Monitor Report                                                                |",
+        "+===========================+==========================================================+",
+        "| Overall Health            | Failure                                                  |",
+        "| GPU                       |                                                          |",
+        "| -> 2                      | Failure                                                  |",
+        "|    -> Errors              |                                                          |",
+        "|       -> Memory system    | Failure                                                  |",
+        "|                           | Detected 3 volatile double-bit ECC error(s) in GPU 2.    |",
+    ]
+    assert lines[-1] == lines[0]
+    assert all(len(line) == 88 for line in lines)
+
+
+def test_health_check_before_any_watch_is_an_error(h100) -> None:
+    root, port = h100
+    res = dcgmi(root, port, "health", "-c")
+    assert res.returncode == 253  # DCGM_ST_GENERIC_ERROR (Health.cpp:383-387)
+    assert res.stdout == "Error: Health watches not enabled. Please enable watches. \n"
+
+
 def test_a_hot_gpu_is_a_warning_not_a_failure(h100) -> None:
     root, port = h100
+    dcgmi(root, port, "health", "-s", "a")
     apply_fault(root, "gpu-temp", {"gpu": 3, "value": 91})
     res = dcgmi(root, port, "health", "-c")
     assert res.returncode == 0
     assert "| Overall Health            | Warning" in res.stdout
+    assert "|       -> Thermal system   | Warning" in res.stdout
+
+
+def test_a_watch_not_set_is_not_reported(h100) -> None:
+    root, port = h100
+    dcgmi(root, port, "health", "-s", "p")
+    apply_fault(root, "ecc-dbe", {"gpu": 2})
+    assert "| Overall Health            | Healthy" in dcgmi(root, port, "health", "-c").stdout
 
 
 @pytest.mark.parametrize("level", ["1", "2"])
@@ -112,21 +176,21 @@ def test_diag_passes_on_a_healthy_host(h100, level: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "params", "level", "failing_test"),
+    ("kind", "params", "level", "failing_test", "status"),
     [
-        ("upgrade-validation", {}, "1", "software"),
-        ("upgrade-validation", {"test": "pcie", "gpu": 4}, "2", "pcie"),
-        ("ecc-dbe", {"gpu": 2}, "2", "memory"),
-        ("gpu-missing", {"gpu": 0}, "1", "software"),
+        ("upgrade-validation", {}, "1", "software", 226),  # DCGM_ST_NVVS_ERROR
+        ("upgrade-validation", {"test": "pcie", "gpu": 4}, "2", "pcie", 226),
+        ("ecc-dbe", {"gpu": 2}, "1", "software", 226),  # a pending row remap: reset priority
+        ("ecc-dbe", {"gpu": 2}, "2", "memory", 205),  # a volatile DBE: DCGM_ST_NVVS_ISOLATE_ERROR
+        ("gpu-missing", {"gpu": 0}, "1", "software", 205),  # fallen off the bus: isolate
     ],
 )
-def test_diag_fails_when_the_fault_is_set(
-    h100, kind: str, params: dict, level: str, failing_test: str
-) -> None:
+def test_diag_fails_when_the_fault_is_set(h100, kind, params, level, failing_test, status) -> None:
+    # Diag::GetFailureResult (dcgmi/Diag.cpp:248-293 @v4.6.0)
     root, port = h100
     apply_fault(root, kind, params)
     res = dcgmi(root, port, "diag", "-r", level, "-j")
-    assert res.returncode == 226
+    assert res.returncode == status
     result = json.loads(res.stdout)
     failed = {t["name"] for t in result["tests"] if any(g["result"] == "Fail" for g in t["gpus"])}
     assert failing_test in failed
@@ -152,7 +216,8 @@ def test_diag_needs_the_cuda_variant_of_the_driver(tmp_path: Path, debs) -> None
     port = free_port()
     with engine(root, port):
         res = dcgmi(root, port, "diag", "-r", "1")
-    assert res.returncode == 226
+    assert res.returncode == 204  # DCGM_ST_NVVS_BINARY_NOT_FOUND; docs/unverified.md
+    assert res.stdout.startswith("Error: Unable to complete diagnostic for group 0. Return: (-52)")
     assert "datacenter-gpu-manager-4-cuda13" in res.stdout
 
 
@@ -167,31 +232,39 @@ def test_volta_on_580_uses_the_cuda12_variant(tmp_path: Path, debs) -> None:
 def test_dcgmi_without_a_host_engine_cannot_connect(tmp_path: Path, debs) -> None:
     root = host(tmp_path, debs)
     res = dcgmi(root, free_port(), "discovery", "-l")
-    assert res.returncode == 247
-    assert "Unable to connect to host engine" in res.stdout
+    assert res.returncode == 235  # DCGM_ST_CONNECTION_NOT_VALID (dcgmi/Command.cpp:83-105)
+    assert res.stdout.endswith("Error: Unable to connect to host engine. Host engine connection "
+                               "invalid/disconnected.\n")  # fmt: skip
 
 
-def test_an_upgraded_dcgmi_against_the_old_engine_is_an_api_mismatch(tmp_path: Path, debs) -> None:
+def test_an_upgraded_dcgmi_against_the_old_engine_cannot_connect(tmp_path: Path, debs) -> None:
     root = host(tmp_path, debs)
     port = free_port()
     with engine(root, port):
         unpack(pick(debs, "datacenter-gpu-manager-4-core_4.5.3"), root)
         res = dcgmi(root, port, "discovery", "-l")
-    assert res.returncode == 247
-    assert "API version mismatch" in res.stdout
+    assert res.returncode == 235  # docs/unverified.md#dcgm-version-skew
+    assert "Unable to connect to host engine" in res.stdout
 
 
 @pytest.mark.parametrize("dcgm", ["4.4.2", "4.5.3"])
 def test_versions_are_reported(tmp_path: Path, debs, dcgm: str) -> None:
     root = host(tmp_path, debs, dcgm=dcgm)
-    for exe, flag in (
-        ("/usr/bin/nv-hostengine", "--version"),
-        ("/usr/bin/dcgmi", "-v"),
-        ("/usr/bin/dcgmi", "--version"),
-    ):
-        out = run(root, [exe, flag]).stdout
-        assert out.startswith(f"Version : {dcgm}\n")
-        assert "SIMULATED" in out
+    out = run(root, ["/usr/bin/nv-hostengine", "--version"]).stdout
+    assert out.startswith(f"Version : {dcgm}\n")
+    assert "SIMULATED" in out
+    port = free_port()
+    with engine(root, port):
+        for flag in ("-v", "--version"):
+            out = dcgmi(root, port, flag).stdout
+            assert out.startswith(f"\nLocal build info:\nVersion : {dcgm}\n")
+            assert f"\nHostengine build info:\nVersion : {dcgm}\n" in out
+            assert "SIMULATED" in out
+
+
+def test_dcgmi_version_without_a_host_engine_prints_nothing(tmp_path: Path, debs) -> None:
+    res = run(host(tmp_path, debs), ["/usr/bin/dcgmi", "-v"])
+    assert (res.returncode, res.stdout) == (235, "")  # VersionInfo is silent (Version.cpp)
 
 
 def test_the_host_engine_refuses_to_start_on_a_driver_mismatch(tmp_path: Path, debs) -> None:

@@ -128,3 +128,30 @@ def test_a_root_without_simulated_gpus_is_refused(tmp_path: Path) -> None:
 
 def test_an_nspawn_host_needs_no_extra_arguments(tmp_path: Path) -> None:
     assert nspawn_args(tmp_path) == []
+
+
+def test_a_memory_temperature_cannot_be_injected_on_a_board_without_the_sensor(tmp_path):
+    prepare_root(tmp_path, hardware_for("L40S", 2, "gpu06", False))
+    with pytest.raises(InputError, match="no memory temperature sensor") as err:
+        apply_fault(tmp_path, "memory-temp", {"gpu": 1})
+    assert err.value.key == "gpu"
+
+
+def test_a_job_goes_to_a_gpu_instance_of_a_mig_gpu(tmp_path):
+    prepare_root(tmp_path, hardware_for("H100", 2, "gpu05", False, {0: ["3g.40gb", "2g.20gb"]}))
+    apply_fault(tmp_path, "gpu-jobs", {"gpu": 0, "gpu_instance": 3, "pid": 7})
+    assert state(tmp_path)["jobs"][0]["gpu_instance"] == 3
+
+
+@pytest.mark.parametrize(("gpu", "gi"), [(0, 9), (1, 2)])  # no such instance / MIG off on GPU 1
+def test_a_job_on_a_gpu_instance_that_does_not_exist_is_refused(tmp_path, gpu, gi):
+    prepare_root(tmp_path, hardware_for("H100", 2, "gpu05", False, {0: ["3g.40gb", "2g.20gb"]}))
+    with pytest.raises(InputError) as err:
+        apply_fault(tmp_path, "gpu-jobs", {"gpu": gpu, "gpu_instance": gi})
+    assert err.value.key == "gpu_instance"
+
+
+def test_a_gpu_that_falls_off_the_bus_reports_xid_79(tmp_path):
+    prepare_root(tmp_path, hardware_for("H100", 2, "gpu05", False))
+    apply_fault(tmp_path, "gpu-missing", {"gpu": 1})
+    assert [(e["gpu"], e["xid"]) for e in state(tmp_path)["xid_events"]] == [(1, 79)]

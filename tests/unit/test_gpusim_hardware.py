@@ -18,7 +18,12 @@ from deployer.lab.gpusim import hardware_for
         ("A100", "NVIDIA A100-SXM4-80GB", 81920, "Ampere", True),
         ("V100", "Tesla V100-SXM2-32GB", 32768, "Volta", False),
         ("B200", "NVIDIA B200", 183359, "Blackwell", True),
-        ("T4", "Tesla T4", 15360, "Turing", False),
+        ("T4", "Tesla T4", 15109, "Turing", False),  # R535's table (SOURCES.md)
+        ("L40S", "NVIDIA L40S", 46068, "Ada Lovelace", False),
+        ("A10", "NVIDIA A10G", 23028, "Ampere", False),
+        ("A800", "NVIDIA A800-SXM4-80GB", 81920, "Ampere", True),
+        ("H800", "NVIDIA H800", 81559, "Hopper", True),
+        ("P100", "Tesla P100-PCIE-16GB", 16384, "Pascal", False),
     ],
 )
 def test_each_model_is_described_with_the_name_nvidia_smi_prints(

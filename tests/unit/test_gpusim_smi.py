@@ -135,7 +135,7 @@ def test_q_reports_the_cuda_version_of_the_branch(
     tmp_path: Path, debs, packages, cuda: str
 ) -> None:
     out = smi(host(tmp_path, debs, packages), "-q").stdout
-    assert f"CUDA Version                              : {cuda}" in out
+    assert f"\nCUDA Version                                           : {cuda}\n" in out
 
 
 def test_first_use_loads_the_module_and_writes_proc_version_open_wording(
@@ -197,3 +197,43 @@ def test_version_and_help_say_simulated(tmp_path: Path, debs) -> None:
     root = host(tmp_path, debs)
     assert "SIMULATED" in smi(root, "--version").stdout
     assert "SIMULATED" in smi(root, "-h").stdout
+
+
+MIG_HOST = {0: ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}  # gpu05 of the default lab
+
+
+def mig_host(tmp_path: Path, debs) -> Path:
+    root = tmp_path / "root"
+    unpack(pick(debs, *OPEN_580), root)
+    prepare_root(root, hardware_for("H100", 2, "gpu05", False, MIG_HOST))
+    return root
+
+
+def test_the_facts_query_tells_which_gpu_is_in_mig_mode(tmp_path: Path, debs) -> None:
+    fields = "index,uuid,name,memory.total,pci.bus_id,mig.mode.current,driver_version"
+    out = smi(mig_host(tmp_path, debs), f"--query-gpu={fields}", "--format=csv,noheader,nounits")
+    gpus = hardware_for("H100", 2, "gpu05", False, MIG_HOST)["gpus"]
+    assert out.stdout.splitlines() == [
+        f"{g['index']}, {g['uuid']}, NVIDIA H100 80GB HBM3, 81559, {g['pci_bus_id']}, {mode}, "
+        "580.65.06"
+        for g, mode in zip(gpus, ("Enabled", "Disabled"), strict=True)
+    ]
+
+
+def test_list_shows_the_mig_devices_under_their_gpu(tmp_path: Path, debs) -> None:
+    lines = smi(mig_host(tmp_path, debs), "-L").stdout.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == [
+        "GPU 0", "  MIG 3g.40gb     Device  0", "  MIG 2g.20gb     Device  1",
+        "  MIG 1g.10gb     Device  2", "  MIG 1g.10gb     Device  3", "GPU 1"]  # fmt: skip
+
+
+def test_a_mig_gpu_has_no_utilisation_and_no_remapped_rows(tmp_path: Path, debs) -> None:
+    out = smi(mig_host(tmp_path, debs), "--query-gpu=utilization.gpu,remapped_rows.pending",
+              "--format=csv,noheader")  # fmt: skip
+    assert out.stdout.splitlines() == ["[N/A], [N/A]", "0 %, No"]
+
+
+def test_a_board_without_a_memory_sensor_reads_n_a(tmp_path: Path, debs) -> None:
+    root = host(tmp_path, debs, model="L40S", count=2)
+    out = smi(root, "--query-gpu=temperature.memory,mig.mode.current", "--format=csv,noheader")
+    assert out.stdout.splitlines() == ["N/A, [N/A]"] * 2

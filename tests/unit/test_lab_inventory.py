@@ -55,7 +55,7 @@ def test_monitoring_hosts_have_no_gpu_vars():
 
 def test_groups_follow_the_contract_with_monitoring_as_parent():
     children = data()["all"]["children"]
-    assert set(children["gpu"]["hosts"]) == {"gpu01", "gpu02", "gpu03", "gpu04"}
+    assert set(children["gpu"]["hosts"]) == {"gpu01", "gpu02", "gpu03", "gpu04", "gpu05", "gpu06"}
     mon = children["monitoring"]["children"]
     assert set(mon["prometheus"]["hosts"]) == {"prom01", "prom02"}
     assert set(mon["alertmanager"]["hosts"]) == {"prom01", "prom02", "mon01"}

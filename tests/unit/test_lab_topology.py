@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from deployer.errors import InputError
+from deployer.lab.gpusim import hardware_for
+from deployer.lab.gpusim.models import MODELS
 from deployer.lab.topology import for_lab_name, load_topology, parse_topology
 from deployer.yamlsrc import load_yaml_text
 
@@ -15,7 +17,7 @@ def topo(text: str, **kw):
     return parse_topology(load_yaml_text(text, "t.yml"), source="t.yml", **kw)
 
 
-def test_default_topology_has_four_mixed_gpu_hosts_and_three_monitoring_hosts():
+def test_default_topology_has_six_mixed_gpu_hosts_and_three_monitoring_hosts():
     t = load_topology()
     gpus = {h.name: (h.gpu_model, h.gpu_count, h.nvswitch) for h in t.group("gpu")}
     assert gpus == {
@@ -23,6 +25,8 @@ def test_default_topology_has_four_mixed_gpu_hosts_and_three_monitoring_hosts():
         "gpu02": ("H200", 8, True),
         "gpu03": ("A100", 4, False),
         "gpu04": ("V100", 8, False),
+        "gpu05": ("H100", 2, False),
+        "gpu06": ("L40S", 2, False),
     }
     assert [h.name for h in t.group("prometheus")] == ["prom01", "prom02"]
     assert [h.name for h in t.group("alertmanager")] == ["prom01", "prom02", "mon01"]
@@ -44,13 +48,61 @@ def test_gpu_nodes_fewer_keeps_the_first_ones_and_all_monitoring_hosts():
 
 def test_gpu_nodes_more_adds_hosts_cycling_models_without_moving_existing_addresses():
     base = load_topology()
-    t = load_topology(gpu_nodes=6)
-    assert [(h.name, h.gpu_model) for h in t.group("gpu")][4:] == [
-        ("gpu05", "H100"),
-        ("gpu06", "H200"),
+    t = load_topology(gpu_nodes=8)
+    assert [(h.name, h.gpu_model) for h in t.group("gpu")][6:] == [
+        ("gpu07", "H100"),
+        ("gpu08", "H200"),
     ]
     for h in base.hosts:
         assert t.host(h.name).address == h.address
+
+
+def test_the_default_lab_has_a_gpu_in_mig_mode_laid_out_as_the_real_h100_capture():
+    h = load_topology().host("gpu05")
+    assert h.mig_gpus == [0]
+    [gpu0, gpu1] = hardware_for(h.gpu_model, h.gpu_count, h.name, h.nvswitch, h.mig)["gpus"]
+    assert [(gi["gi_id"], gi["profile"]) for gi in gpu0["mig"]] == [
+        (2, "3g.40gb"), (3, "2g.20gb"), (9, "1g.10gb"), (10, "1g.10gb")]  # fmt: skip
+    assert gpu1["mig"] is None
+
+
+def test_the_default_lab_has_boards_without_a_memory_sensor():
+    h = load_topology().host("gpu06")
+    assert not MODELS[h.gpu_model].memory_sensor
+
+
+def test_a_mig_layout_applies_to_every_gpu_when_given_as_a_list():
+    t = topo("hosts:\n  g:\n    groups: [gpu]\n    gpu_model: A100\n    gpu_count: 2\n"
+             "    mig: [2g.20gb, 2g.20gb]\n")  # fmt: skip
+    assert t.host("g").mig_gpus == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("mig", "message"),
+    [
+        ("[4g.40gb]", "not simulated"),  # no capture shows an H100 4g.40gb
+        ("[3g.40gb, 3g.40gb, 3g.40gb]", "no room left"),
+        ("{7: [1g.10gb]}", "no GPU 7"),
+        ("yes", "a list of GPU instance profiles"),
+    ],
+)
+def test_a_mig_layout_the_captures_cannot_back_is_refused_at_its_line(mig: str, message: str):
+    with pytest.raises(InputError, match=message) as err:
+        topo(f"hosts:\n  g:\n    groups: [gpu]\n    gpu_model: H100\n    gpu_count: 2\n"
+             f"    mig: {mig}\n")  # fmt: skip
+    assert (err.value.line, err.value.key) == (6, "hosts.g.mig")
+
+
+def test_mig_on_a_gpu_without_mig_is_refused():
+    with pytest.raises(InputError, match="has no MIG") as err:
+        topo("hosts:\n  g:\n    groups: [gpu]\n    gpu_model: L40S\n    gpu_count: 1\n"
+             "    mig: [1g.10gb]\n")  # fmt: skip
+    assert err.value.key == "hosts.g.mig"
+
+
+def test_the_topology_accepts_exactly_the_simulated_models():
+    with pytest.raises(InputError, match="gpu_model must be one of"):
+        topo("hosts:\n  g:\n    groups: [gpu]\n    gpu_model: L4\n    gpu_count: 1\n")
 
 
 def test_explicit_address_is_kept_and_skipped_by_automatic_assignment():

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deployer.lab.gpusim import exporter_fields
+
 ARCH = "amd64"
 MAINTAINER = "gpumon-deploy lab (SIMULATED packages) <gpusim@gpumon-lab.invalid>"
 HOMEPAGE = "https://developer.nvidia.com/"
@@ -53,6 +55,9 @@ DRIVERS: tuple[DriverRelease, ...] = (
     DriverRelease("570.133.20", "12.8", "Fri Apr 11 20:33:58 UTC 2025"),
     DriverRelease("580.65.06", "13.0", "Sun Jul 27 06:54:38 UTC 2025"),
     DriverRelease("580.126.20", "13.0", "Thu Jan 15 09:01:11 UTC 2026"),
+    # the release of the H100/H200 captures (gpu_reality_fixtures/nvidia_gpu_exporter/*590.48.01*:
+    # "CUDA Version : 13.1"), so the reality tests run the simulator at the captured version
+    DriverRelease("590.48.01", "13.1", "Mon Dec  8 18:44:40 UTC 2025"),
     DriverRelease("595.45.04", "13.2", "Tue Mar 10 18:12:40 UTC 2026"),
 )
 
@@ -80,6 +85,10 @@ DCGMS: tuple[DcgmRelease, ...] = (
 class ExporterRelease:
     dcgm: str  # DCGM version it was built against (tag prefix)
     version: str  # exporter version
+    #: label name of the host: "Hostname" up to 4.5.3-4.8.2 (internal/pkg/rendermetrics/
+    #: render_metrics.go:47 @691c927), "hostname" from NVIDIA/dcgm-exporter d5e5f51 (#655),
+    #: released in 4.6.0-4.8.3 (shared/reference/dcgm-exporter.md section 5, [X2])
+    hostname_label: str = "Hostname"
 
     @property
     def tag(self) -> str:
@@ -93,7 +102,7 @@ class ExporterRelease:
 EXPORTERS: tuple[ExporterRelease, ...] = (
     ExporterRelease("4.4.2", "4.7.1"),
     ExporterRelease("4.5.3", "4.8.2"),
-    ExporterRelease("4.6.0", "4.8.3"),
+    ExporterRelease("4.6.0", "4.8.3", hostname_label="hostname"),
 )
 
 
@@ -374,11 +383,12 @@ def exporter_package(e: ExporterRelease) -> Deb:
               f"NVIDIA DCGM Exporter {e.tag} (Prometheus exporter for GPU metrics)",
               depends=["datacenter-gpu-manager-4-core (>= 1:4.0.0)"], section="non-free/utils")  # fmt: skip
     deb.add_tools("exporter", {"/usr/bin/dcgm-exporter": "main"},
-                  {"version": e.version, "exporter_tag": e.tag, "dcgm_version": e.dcgm})  # fmt: skip
-    csv = (DATA / "default-counters.csv").read_text()
-    dcp = "".join(line for line in csv.splitlines(keepends=True) if "DCGM_EXP_" not in line)
-    for name, text in (("default-counters.csv", csv), ("dcp-metrics-included.csv", dcp)):
-        deb.add(f"/etc/dcgm-exporter/{name}", text)
+                  {"version": e.version, "exporter_tag": e.tag, "dcgm_version": e.dcgm,
+                   "hostname_label": e.hostname_label,
+                   "field_names": exporter_fields.field_names(e.version)})  # fmt: skip
+    # upstream's etc/ files, byte for byte (the same at 4.4.2-4.7.1, 4.5.3-4.8.2 and d5e5f51)
+    for name in ("default-counters.csv", "dcp-metrics-included.csv"):
+        deb.add(f"/etc/dcgm-exporter/{name}", (DATA / "dcgm-exporter" / name).read_bytes())
         deb.conffiles.append(f"/etc/dcgm-exporter/{name}")
     deb.add("/usr/lib/systemd/system/nvidia-dcgm-exporter.service", _unit(
         "NVIDIA DCGM Exporter",

@@ -37,7 +37,7 @@ PARAMS: dict[str, dict[str, tuple[type, object]]] = {
     "gpu-missing": {"gpu": (int, 0)},
     "upgrade-validation": {"gpu": (int, None), "test": (str, "software"), "message": (str, None)},
     "gpu-jobs": {"gpu": (int, 0), "pid": (int, None), "process_name": (str, "python3"),
-                 "used_memory_mib": (int, 1024)},
+                 "used_memory_mib": (int, 1024), "gpu_instance": (int, None)},
 }  # fmt: skip
 
 
@@ -90,7 +90,7 @@ def _coerce(kind: str, name: str, typ: type, raw: object) -> object:
     return str(raw)
 
 
-def _resolve(kind: str, params: dict, gpu_indices: list[int]) -> dict:
+def _resolve(kind: str, params: dict, hw: dict) -> dict:
     if kind not in FAULT_KINDS:
         raise InputError(f"unknown GPU fault kind (known: {', '.join(FAULT_KINDS)})", key=kind)
     spec = PARAMS[kind]
@@ -101,9 +101,24 @@ def _resolve(kind: str, params: dict, gpu_indices: list[int]) -> dict:
     for name, (typ, default) in spec.items():
         raw = (params or {}).get(name, default)
         out[name] = None if raw is None else _coerce(kind, name, typ, raw)
+    gpu_indices = [g["index"] for g in hw.get("gpus", [])]
     gpu = out.get("gpu")
     if gpu is not None and gpu not in gpu_indices:
         raise InputError(f"{kind}: no GPU {gpu} on this host (GPUs: {gpu_indices})", key="gpu")
+    if out.get("gpu_instance") is not None:
+        desc = next(g for g in hw["gpus"] if g["index"] == gpu)
+        ids = [gi["gi_id"] for gi in desc.get("mig") or []]
+        if out["gpu_instance"] not in ids:
+            where = f"GPU instances: {ids}" if ids else "MIG is off there"
+            raise InputError(f"{kind}: GPU {gpu} has no GPU instance {out['gpu_instance']} "
+                             f"({where})", key="gpu_instance")  # fmt: skip
+    if kind == "memory-temp":
+        desc = next(g for g in hw["gpus"] if g["index"] == gpu)
+        if not desc.get("memory_sensor", True):
+            raise InputError(f"{kind}: GPU {gpu} ({desc['name']}) has no memory temperature "
+                             "sensor (nvidia-smi prints N/A, DCGM reads 0)", key="gpu")  # fmt: skip
+    if kind == "xid" and not (0 < out["xid"] <= 65535):
+        raise InputError(f"{kind}: an XID is a number from 1 to 65535", key="xid")
     if kind == "upgrade-validation" and out["test"] not in DIAG_TESTS:
         raise InputError(
             f"{kind}: unknown diagnostic test (known: {', '.join(DIAG_TESTS)})", key="test"
@@ -128,13 +143,18 @@ def _apply(kind: str, p: dict, st: dict) -> None:
         if p["row_remap_failure"]:
             g["row_remap_failure"] = True
     elif kind == "gpu-missing":
+        # the driver reports XID 79 ("GPU has fallen off the bus") when it loses the GPU
         _gpu(st, p["gpu"])["missing"] = True
+        st["xid_events"].append({"gpu": p["gpu"], "xid": 79, "time": time.time()})
     elif kind == "upgrade-validation":
         st["validation_failure"] = {"gpu": p["gpu"], "test": p["test"], "message": p["message"]}
     elif kind == "gpu-jobs":
         pid = p["pid"] if p["pid"] is not None else 424200 + len(st["jobs"])
-        st["jobs"].append({"gpu": p["gpu"], "pid": pid, "process_name": p["process_name"],
-                           "used_memory_mib": p["used_memory_mib"]})  # fmt: skip
+        job = {"gpu": p["gpu"], "pid": pid, "process_name": p["process_name"],
+               "used_memory_mib": p["used_memory_mib"]}  # fmt: skip
+        if p["gpu_instance"] is not None:
+            job["gpu_instance"] = p["gpu_instance"]
+        st["jobs"].append(job)
 
 
 def _locked_update(root: Path, change: Callable[[dict], None]) -> None:
@@ -159,8 +179,7 @@ def apply_fault(root: Path, kind: str, params: dict) -> None:
         raise InputError(
             f"not a simulated GPU host (no {common.HARDWARE_FILE})", key=str(root)
         ) from None
-    indices = [g["index"] for g in hw.get("gpus", [])]
-    p = _resolve(kind, params or {}, indices)
+    p = _resolve(kind, params or {}, hw)
     _locked_update(root, lambda st: _apply(kind, p, st))
 
 

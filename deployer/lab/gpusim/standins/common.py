@@ -45,8 +45,56 @@ NVML_SUCCESS = 0
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
 
-#: DCGM-style critical XIDs: a GPU with one of these is unhealthy (gpu-alerts.md section 2).
-CRITICAL_XIDS = frozenset({46, 48, 62, 64, 74, 79, 95, 109, 119, 120, 136, 140, 143, 158})
+#: XID -> (DCGM health result, health system, text) as DCGM 4.6's health watch classifies it
+#: (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp:3355-3430 @v4.6.0 51b65cc). System "ALL" are
+#: the "devastating" XIDs, reported whatever watches are set.
+XID_HEALTH = {
+    48: ("Failure", "ALL", "Double Bit ECC Error"), 74: ("Failure", "ALL", "NVLink Critical Error"),
+    79: ("Failure", "ALL", "GPU %d has fallen off the bus"),
+    94: ("Warning", "ALL", "GPU had a contained error."),
+    95: ("Failure", "ALL", "GPU had an uncontained error (XID 95)"),
+    119: ("Failure", "ALL", "GSP RPC Timeout"), 120: ("Failure", "ALL", "GSP Error"),
+    140: ("Failure", "ALL", "ECC unrecovered error"),
+    31: ("Warning", "Memory", "MMU Error"), 32: ("Warning", "Memory", "PBDMA Error"),
+    43: ("Warning", "Memory", "Reset Channel Verif Error"),
+    63: ("Warning", "Memory", "A pending retired page has been detected in GPU %u."),
+    64: ("Failure", "Memory", "GPU %u had uncorrectable memory errors and row remapping failed."),
+    38: ("Warning", "PCIe", "PCIe Bus Error"), 39: ("Warning", "PCIe", "PCIe Fabric Error"),
+    42: ("Warning", "PCIe", "PCIe Replay Error"),
+    60: ("Warning", "Thermal", "Detected clocks event due to thermal violation in GPU %u."),
+    61: ("Warning", "Thermal", "EDPP Power Brake Thermal limit"),
+    62: ("Warning", "Thermal", "Thermal Violation"),
+    54: ("Warning", "Power", "Power state change"), 56: ("Warning", "Power", "Clock change"),
+    57: ("Warning", "Power", "Clock change due to power"),
+    58: ("Warning", "Power", "Clock change due to thermal"),
+    78: ("Warning", "Power", "Power state forced change"),
+    67: ("Warning", "NVLINK", "NVLink Error"), 73: ("Warning", "NVLINK", "NVLink Flow Control Error"),
+    121: ("Warning", "NVLINK", "C2C Link corrected error"),
+    137: ("Warning", "NVLINK", "NVLink FLA privilege error"),
+}  # fmt: skip
+#: The dcgm-exporter's err_msg of the XIDs the lab can inject (NVIDIA/dcgm-exporter
+#: internal/pkg/collector/xid_errors.go:20-193 @691c927, same at 4.4.2-4.7.1 and d5e5f51); codes
+#: past the end of upstream's table (172) read "Unknown Error" there (gpu_collector.go:326-331).
+XID_TEXT = {
+    0: "No Error", 13: "Graphics Engine Exception", 31: "GPU memory page fault",
+    32: "Invalid or corrupted push buffer stream", 38: "Driver firmware error",
+    43: "GPU stopped processing",
+    45: "Preemptive cleanup, due to previous errors -- Most likely to see when running multiple cuda",
+    48: "Double Bit ECC Error", 61: "Internal micro-controller breakpoint/warning",
+    62: "Internal micro-controller halt",
+    63: "ECC page retirement or row remapping recording event",
+    64: "ECC page retirement or row remapper recording failure", 68: "NVDEC0 Exception",
+    69: "Graphics Engine class error", 74: "NVLINK Error", 79: "GPU has fallen off the bus",
+    92: "High single-bit ECC error rate", 94: "Contained ECC error", 95: "Uncontained ECC error",
+    109: "Context Switch Timeout Error", 110: "Security Fault Error", 119: "GSP RPC Timeout",
+    120: "GSP Error", 121: "C2C Link Error", 136: "ALI Training Fail", 137: "NVLink Privilege Error",
+    140: "Unrecovered ECC Error", 143: "GPU Initialization Failure", 144: "NVLINK: Saw Error",
+    145: "NVLINK: RLW Error", 149: "NVLINK: NETIR Error", 154: "GPU Recovery Action Changed",
+    155: "NVLINK: SW Defined Error", 156: "Resource Retirement Event",
+    157: "Resource Retirement Failure", 158: "GPU Fatal Timeout",
+}  # fmt: skip
+XID_TABLE_END = 172
+UNKNOWN_XID_TEXT = "Unknown Error"
 
 
 def sim_root() -> str:
@@ -266,8 +314,26 @@ def _uptime_s() -> float:
     return max(0.0, time.time() - float(loaded.get("loaded_at", time.time())))
 
 
+def mig_instances(g: dict) -> list:
+    """The GPU instances of a GPU in MIG mode ([] when MIG is off or not supported)."""
+    return list(g.get("mig") or [])
+
+
+def mig_enabled(g: dict) -> bool:
+    return g.get("mig") is not None
+
+
+def _gi_idle_used(gi: dict) -> int:
+    # the captures: 26/17/9/9 MiB used by idle 3g.40gb/2g.20gb/1g.10gb/1g.10gb (H100, R590)
+    return max(9, gi["memory_mib"] // 1550)
+
+
 def gpu_sample(g: dict, st: dict, now: float | None = None) -> dict:
-    """The current readings of one GPU: idle baseline, raised by jobs, overridden by faults."""
+    """The current readings of one GPU: idle baseline, raised by jobs, overridden by faults.
+
+    ``memory_temp`` is None on boards without a memory sensor (nvidia-smi N/A, DCGM 0); a GPU in
+    MIG mode has per-instance memory in ``instances`` (GI id -> used/free MiB) and no utilisation.
+    """
     now = time.time() if now is None else now
     i = g["index"]
     fault = gpu_fault(st, i)
@@ -275,35 +341,48 @@ def gpu_sample(g: dict, st: dict, now: float | None = None) -> dict:
     busy = bool(jobs)
     base_temp = 30 + (i * 3) % 7
     gpu_temp = base_temp + (28 if busy else 0)
-    mem_temp = gpu_temp + 4
+    mem_temp = gpu_temp + 6 if g.get("memory_sensor", True) else None
     if "gpu_temp" in fault:
         gpu_temp = int(fault["gpu_temp"])
-    if "memory_temp" in fault:
+    if "memory_temp" in fault and g.get("memory_sensor", True):
         mem_temp = int(fault["memory_temp"])
     limit = float(g["power_limit_w"])
     wobble = 1.0 + 0.02 * math.sin(now / 7.0 + i)
     power = round(limit * (0.82 if busy else 0.1) * wobble, 3)
-    reserved = max(256, g["memory_total_mib"] // 147)
-    used = sum(int(j.get("used_memory_mib", 0)) for j in jobs)
-    free = max(0, g["memory_total_mib"] - reserved - used)
+    total = g["memory_total_mib"]
+    reserved = int(g.get("memory_reserved_mib", max(256, total // 147)))
+    instances = {}
+    if mig_enabled(g):
+        for gi in mig_instances(g):
+            gi_jobs = [j for j in jobs if j.get("gpu_instance", gi["gi_id"]) == gi["gi_id"]]
+            gi_used = _gi_idle_used(gi) + sum(int(j.get("used_memory_mib", 0)) for j in gi_jobs)
+            instances[gi["gi_id"]] = {"used": gi_used, "free": max(0, gi["memory_mib"] - gi_used),
+                                      "busy": bool(gi_jobs)}  # fmt: skip
+        used = sum(v["used"] for v in instances.values())
+    else:
+        used = sum(int(j.get("used_memory_mib", 0)) for j in jobs)
+    free = max(0, total - reserved - used)
     xids = [e for e in st.get("xid_events", []) if e.get("gpu") == i]
-    last_xid = xids[-1]["xid"] if xids else 0
+    last_xid = xids[-1]["xid"] if xids else None
     dbe = int(fault.get("ecc_dbe", 0))
     row_remap = bool(g.get("row_remap"))
     uptime = _uptime_s()
+    slowdown = g["slowdown_temp"]
     return {
         "gpu_temp": gpu_temp,
         "memory_temp": mem_temp,
         "power_w": power,
         "energy_mj": int(limit * 0.1 * uptime * 1000),
-        "util": 100 if busy else 0,
-        "mem_util": 35 if busy else 0,
-        "sm_clock": g["max_sm_clock"] if busy else 345,
-        "mem_clock": g["mem_clock"],
-        "fb_total": g["memory_total_mib"],
+        "util": None if mig_enabled(g) else (100 if busy else 0),
+        "mem_util": None if mig_enabled(g) else (35 if busy else 0),
+        "sm_clock": g["max_sm_clock"] if busy else g.get("idle_sm_clock", 345),
+        "mem_clock": g["mem_clock"] if busy else g.get("idle_mem_clock", g["mem_clock"]),
+        "video_clock": g.get("max_video_clock", 1545) if busy else g.get("idle_video_clock", 765),
+        "fb_total": total,
         "fb_reserved": reserved,
         "fb_used": used,
         "fb_free": free,
+        "instances": instances,
         "xid_last": last_xid,
         "xid_events": xids,
         "ecc_dbe_vol": dbe,
@@ -321,41 +400,83 @@ def gpu_sample(g: dict, st: dict, now: float | None = None) -> dict:
         "pstate": "P0",
         "gr_active": 0.93 if busy else 0.0,
         "tensor_active": 0.41 if busy else 0.0,
-        "dram_active": 0.37 if busy else 0.0,
-        "pcie_tx": 1.5e8 if busy else 2.1e5,
-        "pcie_rx": 2.5e8 if busy else 3.4e5,
+        "dram_active": 0.37 if busy else 0.000131,
+        "pcie_tx": 1.5e8 if busy else 175084,
+        "pcie_rx": 2.5e8 if busy else 19831,
         "nvlink_bw": int(uptime * (4.2e6 if busy else 1.0e3)),
         "jobs": jobs,
-        "clocks_event_reasons": 0x20 if gpu_temp >= g["slowdown_temp"] else (0 if busy else 1),
+        "thermal_slowdown": gpu_temp >= slowdown,
+        "clocks_event_reasons": 0x20 if gpu_temp >= slowdown else (0 if busy else 1),
     }
 
 
+# Next steps DCGM appends to its health messages (NVIDIA/DCGM dcgmlib/dcgm_errors.h @v4.6.0:
+# DCGM_FR_VOLATILE_DBE_DETECTED_NEXT :533, DEBUG_COOLING_MSG :223, DCGM_FR_ROW_REMAP_FAILURE_NEXT
+# :652, DCGM_FR_XID_ERROR_NEXT :683, DCGM_FR_FALLEN_OFF_BUS_NEXT :700; DcgmError.h SetFullError
+# joins message, next steps and details with a space).
+_DBE_NEXT = "Drain the GPU and reset it or reboot the node."
+_COOLING = ("Verify that the cooling on this machine is functional, including external, thermal "
+            "material interface, fans, and any other components.")  # fmt: skip
+_REMAP_NEXT = ("Row remapping failure indicates unrecoverable memory hardware damage. Reset the "
+               "GPU or reboot the node immediately.")  # fmt: skip
+_XID_NEXT = "Please consult the documentation for details of this XID."
+_BUS_NEXT = ("Please re-seat the GPU, check for thermal and power issues, and verify that there is "
+             "no outstanding bug against your driver or BIOS versions. If the issue persists, "
+             "please run a field diagnostic on the GPU.")  # fmt: skip
+
+
+#: the dcgm-exporter's health_error_code of a health incident (DCGM_FR_* names as its
+#: healthCheckErrorToStringMap spells them, gpu_health_collector.go:324-457 @691c927)
+_XID_CODES = {79: "DCGM_FR_FALLEN_OFF_BUS", 64: "DCGM_FR_ROW_REMAP_FAILURE",
+              63: "DCGM_FR_PENDING_PAGE_RETIREMENTS", 60: "DCGM_FR_CLOCK_THROTTLE_THERMAL",
+              95: "DCGM_FR_UNCONTAINED_ERROR", 94: "DCGM_FR_UNKNOWN(131)"}  # fmt: skip
+
+
+def _xid_incident(i: int, xid: int) -> tuple | None:
+    info = XID_HEALTH.get(xid)
+    if info is None:
+        return None
+    health, system, text = info
+    if xid == 79:
+        head = f"GPU {i} has fallen off the bus {_BUS_NEXT}"
+    elif xid == 64:
+        head = f"GPU {i} had uncorrectable memory errors and row remapping failed. {_REMAP_NEXT}"
+    else:
+        head = f"Detected XID {xid} for GPU {i} {_XID_NEXT}"
+    if system != "ALL":  # subsystem XIDs substitute %u (DcgmHealthWatch.cpp:3540-3552)
+        text = text.replace("%u", str(i))
+    code = _XID_CODES.get(xid, "DCGM_FR_XID_ERROR")
+    return (system, health, f"{head}  (triggered by XID {xid}: {text})", code)
+
+
 def gpu_health(g: dict, st: dict) -> list:
-    """DCGM health incidents of one GPU: (system, 'Failure'|'Warning', message) tuples."""
+    """DCGM health incidents of one GPU: (system, 'Failure'|'Warning', message, DCGM_FR code)
+    tuples, in the order DCGM's health watch reports them (memory, thermal, XIDs)."""
     i = g["index"]
     out = []
     fault = gpu_fault(st, i)
-    if fault.get("missing"):
-        out.append(("PCIe", "Failure", f"GPU {i} has fallen off the bus (is lost to the driver)."))
-        return out
     s = gpu_sample(g, st)
-    if s["ecc_dbe_vol"] > 0:
+    if s["ecc_dbe_vol"] > 0:  # DcgmHealthWatch.cpp:1736-1741
         out.append(("Memory", "Failure",
-                    f"A volatile double-bit ECC error has occurred on GPU {i}: "
-                    f"{s['ecc_dbe_vol']} errors. Drain the GPU and reset it or reboot the node."))  # fmt: skip
-    if s["row_remap_failure"]:
-        out.append(("Memory", "Failure", f"GPU {i} had a row remapping failure."))
-    if s["gpu_temp"] >= g["slowdown_temp"]:
+                    f"Detected {s['ecc_dbe_vol']} volatile double-bit ECC error(s) in GPU {i}. "
+                    f"{_DBE_NEXT}", "DCGM_FR_VOLATILE_DBE_DETECTED"))  # fmt: skip
+    if s["row_remap_failure"]:  # :1927-1932
+        out.append(("Memory", "Failure",
+                    f"GPU {i} had uncorrectable memory errors and row remapping failed. "
+                    f"{_REMAP_NEXT}", "DCGM_FR_ROW_REMAP_FAILURE"))  # fmt: skip
+    if s["thermal_slowdown"] and not fault.get("missing"):  # :2406-2411
         out.append(("Thermal", "Warning",
-                    f"Thermal violations totaling 1.5 seconds started at {int(time.time())} on GPU {i} "
-                    f"(temperature {s['gpu_temp']} C, slowdown at {g['slowdown_temp']} C)."))  # fmt: skip
-    if s["memory_temp"] >= g["mem_max_op_temp"]:
-        out.append(("Thermal", "Warning",
-                    f"Memory temperature {s['memory_temp']} C on GPU {i} is at or above the memory "
-                    f"max operating temperature {g['mem_max_op_temp']} C."))  # fmt: skip
+                    f"Detected clocks event due to thermal violation in GPU {i}. {_COOLING}",
+                    "DCGM_FR_CLOCK_THROTTLE_THERMAL"))  # fmt: skip
+    seen = set()
     for e in s["xid_events"]:
-        level = "Failure" if int(e["xid"]) in CRITICAL_XIDS else "Warning"
-        out.append(("Driver", level, f"Detected XID {e['xid']} on GPU {i}."))
+        xid = int(e["xid"])
+        if xid in seen:
+            continue
+        seen.add(xid)
+        inc = _xid_incident(i, xid)
+        if inc:
+            out.append(inc)
     return out
 
 
@@ -424,8 +545,9 @@ def dcgm_version() -> str:
 
 
 def dcgm_version_text(version: str) -> str:
-    major_minor = "_".join(version.split(".")[:2])
+    """The build info block of ``dcgmi -v`` (gpu_reality_fixtures/dcgmi/dcgmi-v__dcgm-4.7.0.txt);
+    the SIMULATED mark sits in the Commit ID and Build Platform values."""
     return (f"Version : {version}\nBuild ID : 1\nBuild Date : {BUILD.get('build_date', '2025-10-01')}\n"
-            f"Build Type : Release\nCommit ID : gpusim\nBranch Name : rel_dcgm_{major_minor}\n"
-            f"CPU Arch : x86_64\nBuild Platform : Linux x86_64\nCRC : 00000000000000000000000000000000\n"
-            f"Simulation : {SIM_NOTE}\n")  # fmt: skip
+            f"Build Type : Release\nCommit ID : gpusim-SIMULATED\nBranch Name : v{version}\n"
+            f"CPU Arch : x86_64\nBuild Platform : Linux x86_64 ({SIM_NOTE})\n"
+            f"CRC : 00000000000000000000000000000000\n")  # fmt: skip

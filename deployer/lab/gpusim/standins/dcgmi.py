@@ -1,8 +1,18 @@
-"""SIMULATED ``dcgmi``: ``discovery -l``, ``health -s/-c [-j]``, ``diag -r N [-j]`` and
+"""SIMULATED ``dcgmi``: ``discovery -l [-a]``, ``health -s/-f/-c [-j]``, ``diag -r N [-j]`` and
 ``-v``, asking the simulated host engine (``--host``, default localhost:5555) like the real one.
 
-Exit status: 0 when healthy / passed; 1 when ``health -c`` finds a failure; 226 when a diagnostic
-fails; 247 when the host engine cannot be reached; 2 for bad arguments.
+The text is laid out by the same rules as NVIDIA/DCGM's (tag v4.6.0, 51b65ccebf9d): tables of
+``dcgmi/DcgmiOutput.cpp`` (``DcgmiOutputColumns`` / ``DcgmiOutputTree``), ``dcgmi/Query.cpp``
+(``N GPUs found.`` up to 4.4.x, ``N GPU(s) found (Active).`` / ``(All)`` from 4.5.0 with a Note when
+GPUs are hidden), ``dcgmi/Health.cpp`` and ``dcgmi/Diag.cpp``. The exit status is the
+``dcgmReturn_t`` that ``main`` returns (``dcgmi/main_dcgmi.cpp:83``), taken modulo 256:
+
+- 0 when the command ran -- ``health -c`` included, whatever the health (``Health.cpp:389-391``);
+- 226 (DCGM_ST_NVVS_ERROR, -30) when a diagnostic test failed, 205 (DCGM_ST_NVVS_ISOLATE_ERROR,
+  -51) when the failure's error code has isolate priority (``Diag.cpp:248-293``);
+- 235 (DCGM_ST_CONNECTION_NOT_VALID, -21) without a host engine (``Command.cpp:83-105``);
+- 253 (DCGM_ST_GENERIC_ERROR, -3) for ``health -c`` before any watch is set (``Health.cpp:383``);
+- 2 for bad usage (the simulation's; real dcgmi's parser prints its usage).
 """
 
 import json
@@ -13,74 +23,143 @@ try:
 except ImportError:  # installed on a simulated host: the package ships gpusim_common.py
     import gpusim_common as c  # type: ignore[no-redef]
 
-EXIT_HEALTH_FAILURE = 1
 EXIT_BAD_ARGS = 2
-EXIT_DIAG_FAILURE = 226
-EXIT_CONNECTION = 247
-W1, W2 = 27, 58
+ST_GENERIC_ERROR = 256 - 3
+ST_CONNECTION_NOT_VALID = 256 - 21
+ST_NVVS_ERROR = 256 - 30
+ST_NVVS_ISOLATE_ERROR = 256 - 51
+ST_NVVS_BINARY_NOT_FOUND = 256 - 52
 
 
-def _row(left: str, right: str) -> str:
-    return f"| {left:<{W1 - 1}}| {right:<{W2 - 2}} |"
+def version_tuple(version: str) -> tuple:
+    return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
 
 
-def _rule(ch: str = "-") -> str:
-    return "+" + ch * W1 + "+" + ch * W2 + "+"
+# --- DcgmiOutputColumns (DcgmiOutput.cpp:384-533) ---------------------------------------------
 
 
-def discovery(reply: dict) -> str:
-    gpus, switches = reply["gpus"], reply["nvswitches"]
-    out = [f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} found.",
-           "+--------+----------------------------------------------------------------------+",
-           "| GPU ID | Device Information                                                   |",
-           "+--------+----------------------------------------------------------------------+"]  # fmt: skip
+def _hline(widths: list, ch: str = "-") -> str:
+    return "+" + "+".join(ch * w for w in widths) + "+\n"
+
+
+def _row(widths: list, cells: list) -> str:
+    parts = [f"{cell:<{w - 2}}" for w, cell in zip(widths, cells, strict=True)]
+    return "| " + " | ".join(parts) + " |\n"
+
+
+def columns(widths: list, labels: list, sections: list, separate: bool) -> str:
+    """A DcgmiOutputColumns table: each section is a list of rows (first, then overflow)."""
+    out = _hline(widths) + _row(widths, labels) + _hline(widths)
+    for n, rows in enumerate(sections):
+        if n and separate:
+            out += _hline(widths)
+        for cells in rows:
+            out += _row(widths, cells)
+    return out + _hline(widths)
+
+
+def discovery(reply: dict, version: str, show_all: bool) -> str:
+    gpus = reply["gpus"]
+    total = len(gpus)
+    active_style = version_tuple(version) >= (4, 5, 0)
+    if active_style and not show_all:
+        gpus = [g for g in gpus if g.get("status", "OK") == "OK"]
+    sections = []
     for g in gpus:
-        for n, text in enumerate((f"Name: {g['name']}", f"PCI Bus ID: {g['pci_bus_id']}",
-                                  f"Device UUID: {g['uuid']}")):  # fmt: skip
-            left = str(g["index"]) if n == 0 else ""
-            out.append(f"| {left:<7}| {text:<69}|")
-        out.append(
-            "+--------+----------------------------------------------------------------------+"
-        )
-    out.append(f"{len(switches)} NvSwitch{'es' if len(switches) != 1 else ''} found.")
-    out.append("+-----------+")
-    out.append("| Switch ID |")
-    out.append("+-----------+")
-    for sw in switches:
-        out.append(f"| {sw['index']:<10}|")
-    out.append("+-----------+")
-    out.append("0 CPUs found.")
-    return "\n".join(out) + "\n"
+        lost = g.get("status", "OK") != "OK"
+        suffix = " (last known)" if lost and active_style else ""
+        info = []
+        if show_all and lost:
+            info.append(f"Status: {g['status']}")
+        info += [f"Name: {g['name']}{suffix}", f"PCI Bus ID: {g['pci_bus_id']}{suffix}",
+                 f"Device UUID: {g['uuid']}"]  # fmt: skip
+        sections.append([[str(g["index"]) if n == 0 else "", text] for n, text in enumerate(info)])
+    n = len(gpus)
+    if active_style:  # Query.cpp:281-286 @v4.6.0
+        out = f"{n} GPU{'' if n == 1 else 's'} found ({'All' if show_all else 'Active'}).\n"
+        if not show_all and n != total:
+            out += "Note: Use -a flag to show all GPUs, including those that are not active.\n"
+    else:  # Query.cpp:192 @v4.4.2
+        out = f"{n} GPU{'' if n == 1 else 's'} found.\n"
+    out += columns([8, 70], ["GPU ID", "Device Information"], sections, separate=True)
+    switches = reply["nvswitches"]
+    out += f"{len(switches)} NvSwitch{'' if len(switches) == 1 else 'es'} found.\n"
+    out += columns([11], ["Switch ID"], [[[str(sw["index"])]] for sw in switches], separate=False)
+    out += "0 ConnectX found.\n" + columns([10], ["ConnectX"], [], separate=False)
+    out += "0 CPUs found.\n" + columns([8, 70], ["CPU ID", "Device Information"], [], separate=True)
+    return out
+
+
+# --- DcgmiOutputTree (DcgmiOutput.cpp:255-380), Health.cpp ------------------------------------
+
+TREE_LEFT, TREE_RIGHT = 28, 60  # Health::CheckWatches: DcgmiOutputTree outTree(28, 60)
+MAX_HEALTH_INFO = 54  # Health.cpp MAX_SIZE_OF_HEALTH_INFO
+SYSTEM_NAMES = {"PCIe": "PCIe system", "NVLINK": "NVLINK system", "Memory": "Memory system",
+                "InfoROM": "InfoROM system", "Thermal": "Thermal system", "Power": "Power system",
+                "Driver": "Driver", "ALL": "Internal error"}  # fmt: skip
+
+
+def _tree_row(level: int, prefix: str, label: str, value: str) -> str:
+    left = f"{prefix:>{level * 3}}{label}" if level else label
+    return f"| {left:<{TREE_LEFT - 3}} | {value:<{TREE_RIGHT - 4}} |\n"
+
+
+def _wrap_health(msg: str) -> list:
+    """Health::AddErrorMessage: break at word ends so each piece fits MAX_SIZE_OF_HEALTH_INFO."""
+    msg = msg.replace("\n", " ")
+    if len(msg) <= MAX_HEALTH_INFO:
+        return [msg]
+    parts, start, p = [], 0, 0
+    while start < len(msg):
+        p += MAX_HEALTH_INFO
+        if p >= len(msg):
+            p = len(msg) - 1
+        elif p != len(msg) - 1:
+            while msg[p] != " ":
+                if msg[p + 1] in " .,/":
+                    break
+                p -= 1
+            while msg[p] == " ":
+                p -= 1
+        while start < len(msg) and msg[start] == " ":
+            start += 1
+        if start >= len(msg):
+            break
+        parts.append(msg[start : p + 1])
+        start = p + 2
+    return parts
 
 
 def health_report(incidents: list) -> tuple:
-    """(text, overall) of a health check; overall is Healthy, Warning or Failure."""
-    overall = "Healthy"
-    if any(i["health"] == "Failure" for i in incidents):
-        overall = "Failure"
-    elif incidents:
-        overall = "Warning"
-    out = [_rule(), "| Health Monitor Report" + " " * (W1 + W2 - 21) + "|", _rule("="),
-           _row("Overall Health", overall)]  # fmt: skip
+    """(text, overall) of ``dcgmi health -c``; overall is Healthy, Warning or Failure."""
+    rank = {"Healthy": 0, "Warning": 1, "Failure": 2}
+    overall = max((i["health"] for i in incidents), key=rank.get, default="Healthy")
+    widths = [TREE_LEFT - 1, TREE_RIGHT - 2]
+    out = _hline(widths)
+    out += f"| {'Health Monitor Report':<{TREE_LEFT + TREE_RIGHT - 3}}|\n"
+    out += _hline(widths, "=")
+    out += _tree_row(0, "", "Overall Health", overall)
     by_gpu: dict = {}
     for inc in incidents:
         by_gpu.setdefault(inc["gpu"], []).append(inc)
     if by_gpu:
-        out.append(_row("GPU", ""))
-    for gpu, incs in sorted(by_gpu.items()):
-        worst = "Failure" if any(i["health"] == "Failure" for i in incs) else "Warning"
-        out.append(_row(f"-> {gpu}", worst))
-        out.append(_row("   -> Errors" if worst == "Failure" else "   -> Warnings", ""))
-        for inc in incs:
-            out.append(_row(f"      -> {inc['system']} system", inc["health"]))
-            msg = inc["message"]
-            while msg:
-                out.append(_row("", msg[: W2 - 2]))
-                msg = msg[W2 - 2 :]
-    out.append(_rule())
-    return "\n".join(out) + "\n", overall
+        out += _tree_row(0, "", "GPU", "")
+    for gpu, incs in by_gpu.items():
+        worst = max((i["health"] for i in incs), key=rank.get)
+        out += _tree_row(1, "-> ", str(gpu), worst)
+        out += _tree_row(2, "-> ", "Errors", "")
+        systems: dict = {}
+        for inc in incs:  # Health::AppendSystemIncidents joins one system's messages with ", "
+            systems.setdefault(inc["system"], []).append(inc)
+        for system, group in systems.items():
+            health = max((i["health"] for i in group), key=rank.get)
+            out += _tree_row(3, "-> ", SYSTEM_NAMES.get(system, "Internal error"), health)
+            for piece in _wrap_health(", ".join(i["message"] for i in group)):
+                out += _tree_row(3, "", "", piece)
+    return out + _hline(widths), overall
 
 
+# The JSON layout is the simulation's own: docs/unverified.md#gpusim-dcgmi-json
 def health_json(incidents: list, overall: str) -> str:
     body = {"body": {"Overall Health": {"value": overall}, "GPU": {}}}
     for inc in incidents:
@@ -90,33 +169,68 @@ def health_json(incidents: list, overall: str) -> str:
     return json.dumps(body, indent=4) + "\n"
 
 
-def diag_report(res: dict) -> tuple:
-    """(text, passed) of a diagnostic run."""
-    if res["errors"]:
-        return "Error: " + "\n".join(res["errors"]) + "\n", False
-    passed = all(g["result"] == "Pass" for t in res["tests"] for g in t["gpus"])
-    out = ["Successfully ran diagnostic for group.", _rule(), _row("Diagnostic", "Result"),
-           _rule("="), "|-----  Metadata  ----------+" + "-" * W2 + "|",
-           _row("DCGM Version", res["dcgm_version"]),
-           _row("Driver Version Detected", res["driver"]),
-           _row("GPU Device IDs Detected", ",".join(res["device_ids"])),
-           "|-----  Deployment  --------+" + "-" * W2 + "|"]  # fmt: skip
-    headings = {"pcie": "Integration", "memory": "Hardware", "diagnostic": "Stress"}
-    for t in res["tests"]:
-        if t["name"] in headings:
-            out.append(f"|-----  {headings[t['name']]}  " + "-" * (W1 - 9 - len(headings[t["name"]]))
-                       + "+" + "-" * W2 + "|")  # fmt: skip
-        fails = [g for g in t["gpus"] if g["result"] == "Fail"]
-        out.append(_row(t["name"], "Fail" if fails else "Pass"))
-        for g in t["gpus"]:
-            out.append(_row("", f"GPU{g['gpu']}: {g['result']}"))
-            for m in g["messages"]:
-                text = "  Error: " + m
-                while text:
-                    out.append(_row("", text[: W2 - 2]))
-                    text = "  " + text[W2 - 2 :] if len(text) > W2 - 2 else ""
-    out.append(_rule())
-    return "\n".join(out) + "\n", passed
+# --- Diag.cpp ---------------------------------------------------------------------------------
+
+DIAG_RULE = "+---------------------------+------------------------------------------------+\n"
+DIAG_HEADER = (DIAG_RULE + "| Diagnostic                | Result                                         |\n"
+               "+===========================+================================================+\n")  # fmt: skip
+DIAG_CATEGORIES = (
+    ("Deployment", "|-----  Deployment  --------+------------------------------------------------|\n"),
+    ("Hardware", "+-----  Hardware  ----------+------------------------------------------------+\n"),
+    ("Integration", "+-----  Integration  -------+------------------------------------------------+\n"),
+    ("Stress", "+-----  Stress  ------------+------------------------------------------------+\n"),
+)  # fmt: skip
+#: nvvs/include/PluginStrings.h @v4.6.0: *_PLUGIN_CATEGORY
+TEST_CATEGORY = {"software": "Deployment", "pcie": "Integration", "memory": "Hardware",
+                 "diagnostic": "Hardware", "pulse_test": "Hardware", "memory_bandwidth": "Stress",
+                 "targeted_stress": "Stress", "targeted_power": "Stress", "memtest": "Stress"}  # fmt: skip
+INFO_LEN = 45  # Diag.cpp DATA_INFO_TAG_LEN
+
+
+def _data(name: str, info: str) -> str:
+    """One DIAG_DATA stencil line (CommandOutputController::ReplaceTag: pad, or cut with ...)."""
+
+    def fit(text: str, width: int) -> str:
+        return text.ljust(width) if len(text) <= width else text[: width - 3] + "..."
+
+    return f"| {fit(name, 25)} | {fit(info, 46)} |\n"
+
+
+def diag_report(res: dict) -> str:
+    out = "Successfully ran diagnostic for group.\n" + DIAG_HEADER
+    out += "|-----  Metadata  ----------+------------------------------------------------|\n"
+    out += _data("DCGM Version", res["dcgm_version"])
+    if res["driver"]:
+        out += _data("Driver Version Detected", res["driver"])
+    if res["device_ids"]:
+        out += _data("GPU Device IDs Detected", ", ".join(res["device_ids"]))
+    for category, banner in DIAG_CATEGORIES:
+        tests = [t for t in res["tests"] if TEST_CATEGORY.get(t["name"]) == category]
+        if not tests:
+            continue
+        out += banner
+        for t in tests:
+            fails = any(g["result"] == "Fail" for g in t["gpus"])
+            out += _data(t["name"], "Fail" if fails else "Pass")
+            for g in t["gpus"]:
+                out += _data("", f"GPU{g['gpu']}: {g['result']}")
+                for err in g["errors"]:
+                    msg = err["message"].strip()
+                    for pos in range(0, len(msg), INFO_LEN):
+                        out += _data(f"Warning: GPU{g['gpu']}" if pos == 0 else "",
+                                     msg[pos : pos + INFO_LEN])  # fmt: skip
+    return out + DIAG_RULE
+
+
+def diag_status(res: dict) -> int:
+    """Diag::GetFailureResult: isolate-priority errors first, any other error next."""
+    errors = [e for t in res["tests"] for g in t["gpus"] for e in g["errors"]]
+    if any(e.get("isolate") for e in errors):
+        return ST_NVVS_ISOLATE_ERROR
+    return ST_NVVS_ERROR if errors else 0
+
+
+# --- command line -----------------------------------------------------------------------------
 
 
 def _parse(argv: list) -> dict:
@@ -145,10 +259,11 @@ def _parse(argv: list) -> dict:
 
 
 def _connect_error(host: str) -> int:
+    # Command::Connect and Command::DoExecuteConnectionFailure (dcgmi/Command.cpp:69-105)
     sys.stdout.write(f"Error: unable to establish a connection to the specified host: {host}\n"
                      "Error: Unable to connect to host engine. Host engine connection "
                      "invalid/disconnected.\n")  # fmt: skip
-    return EXIT_CONNECTION
+    return ST_CONNECTION_NOT_VALID
 
 
 def _flag_value(args: list, *names: str) -> str | None:
@@ -170,13 +285,10 @@ def main(argv: list) -> int:
         c.err(f"dcgmi: {e}")
         return EXIT_BAD_ARGS
     mine = c.dcgm_version()
-    if o["cmd"] == "version":
-        sys.stdout.write(c.dcgm_version_text(mine))
-        return 0
     if o["cmd"] in (None, "help"):
-        sys.stdout.write(f"dcgmi discovery|health|diag ... -- {c.SIM_NOTE}\n")
+        sys.stdout.write(f"dcgmi discovery|health|diag|-v ... -- {c.SIM_NOTE}\n")
         return 0 if o["cmd"] == "help" else EXIT_BAD_ARGS
-    if o["cmd"] not in ("discovery", "health", "diag"):
+    if o["cmd"] not in ("discovery", "health", "diag", "version"):
         c.err(f"dcgmi: subcommand {o['cmd']!r} is not simulated (discovery, health, diag are)")
         return EXIT_BAD_ARGS
     host, port = c.parse_hostport(o["host"])
@@ -187,18 +299,26 @@ def main(argv: list) -> int:
     try:
         hello = ask({"op": "hello"})
     except (OSError, ValueError):
+        if o["cmd"] == "version":  # VersionInfo is silent about the connection (Version.cpp)
+            return ST_CONNECTION_NOT_VALID
         return _connect_error(o["host"])
-    if hello.get("version") != mine:
-        sys.stdout.write(f"Error: API version mismatch (dcgmi {mine}, host engine "
-                         f"{hello.get('version')}). Restart nvidia-dcgm after a DCGM upgrade.\n")  # fmt: skip
-        return EXIT_CONNECTION
+    if o["cmd"] == "version":  # VersionInfo::DoExecuteConnected (dcgmi/Version.cpp)
+        sys.stdout.write("\nLocal build info:\n" + c.dcgm_version_text(mine))
+        sys.stdout.write("\nHostengine build info:\n" + c.dcgm_version_text(hello.get("version")))
+        return 0
+    if hello.get("version") != mine:  # docs/unverified.md#dcgm-version-skew
+        return _connect_error(o["host"])
     args = o["args"]
     as_json = "-j" in args or "--json" in args
     if o["cmd"] == "discovery":
-        if "-l" not in args and "--list" not in args and "-c" not in args:
-            c.err("dcgmi discovery: use -l (list) or -c (MIG hierarchy)")
+        if "-l" not in args and "--list" not in args:
+            c.err("dcgmi discovery: use -l (list)")
             return EXIT_BAD_ARGS
-        sys.stdout.write(discovery(ask({"op": "discovery"})))
+        show_all = "-a" in args or "--all" in args
+        if show_all and version_tuple(mine) < (4, 5, 0):
+            c.err("dcgmi discovery: -a is new in DCGM 4.5")
+            return EXIT_BAD_ARGS
+        sys.stdout.write(discovery(ask({"op": "discovery"}), mine, show_all))
         return 0
     if o["cmd"] == "health":
         mask = _flag_value(args, "-s", "--set")
@@ -210,10 +330,14 @@ def main(argv: list) -> int:
             sys.stdout.write(f"Health monitor systems: {ask({'op': 'health_get'})['mask']}\n")
             return 0
         if "-c" in args or "--check" in args:
-            incidents = ask({"op": "health_check"})["incidents"]
+            reply = ask({"op": "health_check"})
+            if not reply.get("watched"):
+                sys.stdout.write("Error: Health watches not enabled. Please enable watches. \n")
+                return ST_GENERIC_ERROR
+            incidents = reply["incidents"]
             text, overall = health_report(incidents)
             sys.stdout.write(health_json(incidents, overall) if as_json else text)
-            return EXIT_HEALTH_FAILURE if overall == "Failure" else 0
+            return 0  # Health::CheckWatches returns DCGM_ST_OK whatever the health
         c.err("dcgmi health: use -s MASK, -f or -c")
         return EXIT_BAD_ARGS
     level = _flag_value(args, "-r", "--run")
@@ -230,9 +354,17 @@ def main(argv: list) -> int:
         sys.stdout.write(f"Error: {reply.get('error')}\n")
         return EXIT_BAD_ARGS
     res = reply["result"]
-    text, passed = diag_report(res)
-    sys.stdout.write(json.dumps(res, indent=4) + "\n" if as_json else text)
-    return 0 if passed else EXIT_DIAG_FAILURE
+    if res["errors"]:  # the run did not complete (Diag.cpp:436-477)
+        # docs/unverified.md#gpusim-diag-missing-plugins
+        sys.stdout.write("Error: Unable to complete diagnostic for group 0. Return: (-52) : "
+                         "The NVVS binary was not found in the specified location; please "
+                         "install it to /usr/libexec/datacenter-gpu-manager-4/ or set environment "
+                         "variable NVVS_BIN_PATH to the directory containing nvvs. If you set "
+                         "NVVS_BIN_PATH, please restart the DCGM service (nv-hostengine) if it is "
+                         "active.\n" + "\n".join(res["errors"]) + "\n")  # fmt: skip
+        return ST_NVVS_BINARY_NOT_FOUND
+    sys.stdout.write(json.dumps(res, indent=4) + "\n" if as_json else diag_report(res))
+    return diag_status(res)
 
 
 if __name__ == "__main__":

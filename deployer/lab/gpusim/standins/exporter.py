@@ -17,144 +17,191 @@ except ImportError:  # installed on a simulated host: the package ships gpusim_c
 
 DEFAULT_CSV = "/etc/dcgm-exporter/default-counters.csv"
 TYPES = ("gauge", "counter", "label")
+BLANK = None  # a DCGM blank value: the exporter skips it (gpu_collector.go:303 @691c927)
+#: Exporter counters: the only DCGM_EXP_* names (internal/pkg/counters/const.go:25-28 @691c927)
+#: and their ids (exporter_counters.go:24-29: iota + 9000), which sort them after DCGM's fields
+EXPORTER_METRICS = {"DCGM_EXP_XID_ERRORS_COUNT": 9001, "DCGM_EXP_CLOCK_EVENTS_COUNT": 9002,
+                    "DCGM_EXP_GPU_HEALTH_STATUS": 9003, "DCGM_EXP_P2P_STATUS": 9004}  # fmt: skip
 
 
 def _g(key):
     return lambda g, s, x: s[key]
 
 
-#: DCGM field -> value of one GPU (None = blank, not emitted). ``x`` is the collection context.
-FIELDS = {
-    "DCGM_FI_DEV_SM_CLOCK": _g("sm_clock"),
-    "DCGM_FI_DEV_MEM_CLOCK": _g("mem_clock"),
-    "DCGM_FI_DEV_MEMORY_TEMP": _g("memory_temp"),
-    "DCGM_FI_DEV_GPU_TEMP": _g("gpu_temp"),
-    "DCGM_FI_DEV_MEM_MAX_OP_TEMP": lambda g, s, x: g["mem_max_op_temp"],
-    "DCGM_FI_DEV_GPU_MAX_OP_TEMP": lambda g, s, x: g["gpu_max_op_temp"],
-    "DCGM_FI_DEV_SLOWDOWN_TEMP": lambda g, s, x: g["slowdown_temp"],
-    "DCGM_FI_DEV_SHUTDOWN_TEMP": lambda g, s, x: g["shutdown_temp"],
-    "DCGM_FI_DEV_POWER_USAGE": _g("power_w"),
-    "DCGM_FI_DEV_POWER_MGMT_LIMIT": lambda g, s, x: float(g["power_limit_w"]),
-    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": lambda g, s, x: float(g["power_limit_w"]),
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": _g("energy_mj"),
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": _g("pcie_replay"),
-    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": lambda g, s, x: int(s["pcie_tx"] / 1024),
-    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": lambda g, s, x: int(s["pcie_rx"] / 1024),
-    "DCGM_FI_DEV_PCIE_LINK_GEN": lambda g, s, x: g["pcie_gen"],
-    "DCGM_FI_DEV_PCIE_LINK_WIDTH": lambda g, s, x: g["pcie_width"],
-    "DCGM_FI_DEV_GPU_UTIL": _g("util"),
-    "DCGM_FI_DEV_MEM_COPY_UTIL": _g("mem_util"),
-    "DCGM_FI_DEV_ENC_UTIL": lambda g, s, x: 0,
-    "DCGM_FI_DEV_DEC_UTIL": lambda g, s, x: 0,
-    "DCGM_FI_DEV_XID_ERRORS": _g("xid_last"),
-    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": _g("clocks_event_reasons"),
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": _g("clocks_event_reasons"),
-    "DCGM_FI_DEV_POWER_VIOLATION": lambda g, s, x: 0,
-    "DCGM_FI_DEV_THERMAL_VIOLATION": lambda g, s, x: 0,
-    "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": lambda g, s, x: 0,
-    "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": lambda g, s, x: 0,
-    "DCGM_FI_DEV_LOW_UTIL_VIOLATION": lambda g, s, x: 0,
-    "DCGM_FI_DEV_RELIABILITY_VIOLATION": lambda g, s, x: 0,
-    "DCGM_FI_DEV_FB_TOTAL": _g("fb_total"),
-    "DCGM_FI_DEV_FB_FREE": _g("fb_free"),
-    "DCGM_FI_DEV_FB_USED": _g("fb_used"),
-    "DCGM_FI_DEV_FB_RESERVED": _g("fb_reserved"),
-    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": _g("ecc_sbe_vol"),
-    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": _g("ecc_dbe_vol"),
-    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": _g("ecc_sbe_agg"),
-    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": _g("ecc_dbe_agg"),
-    "DCGM_FI_DEV_RETIRED_SBE": _g("retired_sbe"),
-    "DCGM_FI_DEV_RETIRED_DBE": _g("retired_dbe"),
-    "DCGM_FI_DEV_RETIRED_PENDING": _g("retired_pending"),
-    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": lambda g, s, x: 0,
-    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": lambda g, s, x: 0,
-    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": lambda g, s, x: 0,
-    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": lambda g, s, x: 0,
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": _g("nvlink_bw"),
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0": lambda g, s, x: s["nvlink_bw"] // 18,
-    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": lambda g, s, x: 0,
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": lambda g, s, x: (
-        s["uncorrectable_remapped_rows"] if g["row_remap"] else None
-    ),
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": lambda g, s, x: (
-        s["correctable_remapped_rows"] if g["row_remap"] else None
-    ),
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda g, s, x: (
-        s["row_remap_failure"] if g["row_remap"] else None
-    ),
-    "DCGM_FI_DEV_ROW_REMAP_PENDING": lambda g, s, x: (
-        s["row_remap_pending"] if g["row_remap"] else None
-    ),
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": _g("gr_active"),
-    "DCGM_FI_PROF_SM_ACTIVE": _g("gr_active"),
-    "DCGM_FI_PROF_SM_OCCUPANCY": lambda g, s, x: round(s["gr_active"] * 0.5, 6),
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": _g("tensor_active"),
-    "DCGM_FI_PROF_DRAM_ACTIVE": _g("dram_active"),
-    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": lambda g, s, x: 0.0,
-    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": lambda g, s, x: round(s["gr_active"] * 0.2, 6),
-    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": lambda g, s, x: round(s["gr_active"] * 0.3, 6),
-    "DCGM_FI_PROF_PCIE_TX_BYTES": _g("pcie_tx"),
-    "DCGM_FI_PROF_PCIE_RX_BYTES": _g("pcie_rx"),
-    "DCGM_FI_PROF_NVLINK_TX_BYTES": lambda g, s, x: 0,
-    "DCGM_FI_PROF_NVLINK_RX_BYTES": lambda g, s, x: 0,
-    # label-type fields
-    "DCGM_FI_DRIVER_VERSION": lambda g, s, x: x["driver"],
-    "DCGM_FI_NVML_VERSION": lambda g, s, x: x["nvml"],
-    "DCGM_FI_DEV_BRAND": lambda g, s, x: "Tesla" if g["name"].startswith("Tesla") else "NVIDIA",
-    "DCGM_FI_DEV_NAME": lambda g, s, x: g["name"],
-    "DCGM_FI_DEV_UUID": lambda g, s, x: g["uuid"],
-    "DCGM_FI_DEV_SERIAL": lambda g, s, x: g["serial"],
-    "DCGM_FI_DEV_OEM_INFOROM_VER": lambda g, s, x: "1.1",
-    "DCGM_FI_DEV_ECC_INFOROM_VER": lambda g, s, x: "7.0",
-    "DCGM_FI_DEV_POWER_INFOROM_VER": lambda g, s, x: "N/A",
-    "DCGM_FI_DEV_INFOROM_IMAGE_VER": lambda g, s, x: "G520.0200.00.05",
-    "DCGM_FI_DEV_VBIOS_VERSION": lambda g, s, x: g["vbios_version"],
-}
+def _const(v):
+    return lambda g, s, x: v
 
-#: Metrics the exporter computes itself (not DCGM fields); rendered by ``_exporter_series``.
-EXPORTER_METRICS = ("DCGM_EXP_XID_ERRORS_COUNT", "DCGM_EXP_XID_ERRORS_TOTAL",
-                    "DCGM_EXP_CLOCK_EVENTS_COUNT", "DCGM_EXP_CLOCK_EVENTS_TOTAL",
-                    "DCGM_EXP_GPU_HEALTH_STATUS", "DCGM_EXP_P2P_STATUS")  # fmt: skip
+
+def _if(cond, fn):
+    return lambda g, s, x: fn(g, s, x) if cond(g) else BLANK
+
+
+def _nvlink(g: dict) -> bool:
+    return bool(g.get("nvlink")) and g.get("mig") is None  # "not supported ... in MIG mode"
+
+
+def _remap(g: dict) -> bool:
+    return bool(g.get("row_remap")) and g.get("mig") is None  # MIG captures: remapped rows N/A
+
+
+def _mem_temp(g, s, x):
+    # a board without a memory sensor reads 0 (l40s_595.58.03_default-counters.metrics)
+    return 0 if s["memory_temp"] is None else s["memory_temp"]
+
+
+#: DCGM field id -> (value type, where it lives on a MIG GPU, fn(gpu, sample, ctx)).
+#: Scope "gpu": the GPU's value on every GPU instance (DcgmCacheManager.cpp:6215 @v4.5.3 remaps a
+#: GPU-level field of an instance to its GPU; a800_mig_535.129.03 shows temperatures, power and
+#: energy per instance); "gi": the instance's own value (FB, XID, profiling); "nomig": blank on a
+#: GPU in MIG mode (NVML has no utilisation or remapped rows there: the H100/H200 MIG nvidia-smi
+#: captures print [N/A], a800_mig has no GPU_UTIL or row-remap series for its MIG GPU).
+SPECS = {
+    1: ("string", "gpu", lambda g, s, x: x["driver"]),
+    2: ("string", "gpu", lambda g, s, x: x["nvml"]),
+    50: ("string", "gpu", lambda g, s, x: g["name"]),
+    51: ("string", "gpu", lambda g, s, x: g.get("brand", "NVIDIA")),
+    53: ("string", "gpu", lambda g, s, x: g["serial"]),
+    54: ("string", "gpu", lambda g, s, x: g["uuid"]),
+    56: ("string", "gpu", lambda g, s, x: g.get("inforom", {}).get("oem", "N/A")),
+    80: ("string", "gpu", lambda g, s, x: g.get("inforom", {}).get("ecc", "N/A")),
+    81: ("string", "gpu", _const(BLANK)),
+    82: ("string", "gpu", lambda g, s, x: g.get("inforom", {}).get("img", "N/A")),
+    85: ("string", "gpu", lambda g, s, x: g["vbios_version"]),
+    100: ("int", "gpu", _g("sm_clock")),
+    101: ("int", "gpu", _g("mem_clock")),
+    112: ("int", "gpu", _g("clocks_event_reasons")),
+    140: ("int", "gpu", _mem_temp),
+    150: ("int", "gpu", _g("gpu_temp")),
+    151: ("int", "gpu", lambda g, s, x: g["mem_max_op_temp"] if g.get("memory_sensor", True)
+          else BLANK),  # docs/unverified.md#gpusim-sensorless-thresholds
+    152: ("int", "gpu", lambda g, s, x: g.get("gpu_max_op_temp")),
+    155: ("double", "gpu", _g("power_w")),
+    156: ("int", "gpu", _g("energy_mj")),
+    158: ("int", "gpu", lambda g, s, x: g["slowdown_temp"]),
+    159: ("int", "gpu", lambda g, s, x: g["shutdown_temp"]),
+    160: ("double", "gpu", lambda g, s, x: float(g["power_limit_w"])),
+    164: ("double", "gpu", lambda g, s, x: float(g["power_limit_w"])),
+    200: ("int", "gpu", lambda g, s, x: int(s["pcie_tx"] / 1024)),
+    201: ("int", "gpu", lambda g, s, x: int(s["pcie_rx"] / 1024)),
+    202: ("int", "gpu", _g("pcie_replay")),
+    203: ("int", "nomig", _g("util")),
+    204: ("int", "nomig", _g("mem_util")),
+    206: ("int", "nomig", _const(0)),
+    207: ("int", "nomig", _const(0)),
+    # blank until the first XID (DcgmCacheManager.cpp:12195-12197 @v4.4.2: only the NVML event
+    # thread writes it; the L40S scrape has no XID_ERRORS series)
+    230: ("int", "gi", _g("xid_last")),  # docs/unverified.md#gpusim-mig-xid
+    237: ("int", "gpu", lambda g, s, x: g["pcie_gen"]),
+    238: ("int", "gpu", lambda g, s, x: g["pcie_width"]),
+    **{fid: ("int", "gpu", _const(0)) for fid in (240, 241, 242, 243, 244, 245)},
+    250: ("int", "gi", lambda g, s, x: x["gi"]["memory_mib"] if x.get("gi") else s["fb_total"]),
+    251: ("int", "gi", lambda g, s, x: x["gi_sample"]["free"] if x.get("gi") else s["fb_free"]),
+    252: ("int", "gi", lambda g, s, x: x["gi_sample"]["used"] if x.get("gi") else s["fb_used"]),
+    253: ("int", "gi", lambda g, s, x: 0 if x.get("gi") else s["fb_reserved"]),
+    310: ("int", "gpu", _g("ecc_sbe_vol")),
+    311: ("int", "gpu", _g("ecc_dbe_vol")),
+    312: ("int", "gpu", _g("ecc_sbe_agg")),
+    313: ("int", "gpu", _g("ecc_dbe_agg")),
+    # page retirement is Volta/Turing's; Ampere and later have row remapping (nvidia-smi -q:
+    # "Retired Pages ... N/A" on H100/H200/L40S)
+    390: ("int", "gpu", _if(lambda g: not g.get("row_remap"), _g("retired_sbe"))),
+    391: ("int", "gpu", _if(lambda g: not g.get("row_remap"), _g("retired_dbe"))),
+    392: ("int", "gpu", _if(lambda g: not g.get("row_remap"), _g("retired_pending"))),
+    393: ("int", "gpu", _if(_remap, _g("uncorrectable_remapped_rows"))),
+    394: ("int", "gpu", _if(_remap, _g("correctable_remapped_rows"))),
+    395: ("int", "gpu", _if(_remap, _g("row_remap_failure"))),
+    396: ("int", "gpu", _if(_remap, _g("row_remap_pending"))),
+    **{fid: ("int", "gpu", _if(_nvlink, _const(0))) for fid in (409, 419, 429, 439)},
+    440: ("int", "gpu", _if(_nvlink, lambda g, s, x: s["nvlink_bw"] // 18)),
+    449: ("int", "gpu", _if(_nvlink, _g("nvlink_bw"))),
+    526: ("int", "gpu", _const(0)),
+    1001: ("double", "gi", lambda g, s, x: x["activity"] * 0.93),
+    1002: ("double", "gi", lambda g, s, x: x["activity"] * 0.93),
+    1003: ("double", "gi", lambda g, s, x: x["activity"] * 0.465),
+    1004: ("double", "gi", lambda g, s, x: x["activity"] * 0.41),
+    1005: ("double", "gi", lambda g, s, x: s["dram_active"]),
+    1006: ("double", "gi", _const(0.0)),
+    1007: ("double", "gi", lambda g, s, x: x["activity"] * 0.186),
+    1008: ("double", "gi", lambda g, s, x: x["activity"] * 0.279),
+    1009: ("int", "gi", lambda g, s, x: int(s["pcie_tx"])),
+    1010: ("int", "gi", lambda g, s, x: int(s["pcie_rx"])),
+    1011: ("int", "gi", _const(0)),
+    1012: ("int", "gi", _const(0)),
+}  # fmt: skip
 
 CLOCK_EVENTS = ((0x1, "gpu_idle"), (0x2, "clocks_setting"), (0x4, "power_cap"),
                 (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal"),
                 (0x40, "hw_thermal"), (0x80, "hw_power_brake"), (0x100, "display_clocks"))  # fmt: skip
+#: gpu_health_collector.go:37-52 @691c927 (4.4.2-4.7.1 has no "ALL")
+HEALTH_WATCHES = ("PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER",
+                  "DRIVER", "ALL")  # fmt: skip
+HEALTH_SYSTEM = {"PCIe": "PCIE", "NVLINK": "NVLINK", "Memory": "MEM", "InfoROM": "INFOROM",
+                 "Thermal": "THERMAL", "Power": "POWER", "Driver": "DRIVER", "ALL": "ALL"}  # fmt: skip
+HEALTH_VALUE = {"Healthy": 0, "Warning": 10, "Failure": 20}
+
+
+def field_names() -> dict:
+    """Field name -> DCGM id as this exporter release's go-dcgm resolves it (from build.json;
+    outside a package, the newest simulated release's)."""
+    names = c.BUILD.get("field_names")
+    if names:
+        return names
+    from deployer.lab.gpusim import exporter_fields  # tests import this module directly
+
+    return exporter_fields.field_names("4.8.3")
 
 
 class CsvError(ValueError):
     pass
 
 
-def parse_csv(text: str, source: str = "CSV") -> list:
-    """[(field, type, help)] from a dcgm-exporter collectors CSV; raises CsvError naming the line."""
-    out = []
-    for n, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
+def parse_csv(text: str, source: str = "CSV", names: dict | None = None) -> list:
+    """[(field, type, help)] from a collectors CSV, read as upstream reads it (encoding/csv with
+    '#' comments, fields trimmed); errors worded as counter_config.go:92-141 @691c927 words
+    them. A name go-dcgm does not know and that is not a DCGM_EXP_* name is fatal."""
+    import csv
+    import io
+
+    names = field_names() if names is None else names
+    rows = []
+    reader = csv.reader(io.StringIO(text), skipinitialspace=False)
+    width = None
+    for line_no, record in enumerate(reader, start=1):
+        if not record or record[0].lstrip().startswith("#") or record == [""]:
             continue
-        parts = [p.strip() for p in line.split(",", 2)]
-        if len(parts) != 3:
-            raise CsvError(f"{source}:{n}: malformed line (need 'field, type, help'): {raw!r}")
-        name, typ, help_text = parts
+        if width is None:
+            width = len(record)
+        elif len(record) != width:  # Go's csv.Reader: FieldsPerRecord fixed by the first record
+            raise CsvError(f"Could not read metrics file '{source}'; err: record on line "
+                           f"{line_no}: wrong number of fields")  # fmt: skip
+        rows.append(record)
+    out = []
+    for i, record in enumerate(rows):
+        record = [r.strip(" ") for r in record]
+        if len(record) != 3:
+            raise CsvError(f"malformed CSV record; err: failed to parse line {i} "
+                           f"(`[{' '.join(record)}]`), expected 3 fields")  # fmt: skip
+        name, typ, help_text = record
+        if name not in names and name not in EXPORTER_METRICS:
+            raise CsvError(
+                f"could not find DCGM field; err: unknown ExporterCounter field '{name}'"
+            )
         if typ not in TYPES:
-            raise CsvError(f"{source}:{n}: unknown metric type {typ!r} for {name}")
-        if name not in FIELDS and name not in EXPORTER_METRICS:
-            raise CsvError(f"{source}:{n}: could not find DCGM field {name}")
-        out = [e for e in out if e[0] != name]
+            raise CsvError(f"could not find Prometheus metric type '{typ}'")
         out.append((name, typ, help_text))
     return out
 
 
 def _esc(v: str) -> str:
-    return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return str(v)  # text/template prints label values as they are
 
 
-def _fmt(v) -> str:
-    if isinstance(v, bool):
-        return "1" if v else "0"
-    if isinstance(v, int):
-        return str(v)
-    return f"{float(v):.6f}"
+def _fmt(v, kind: str) -> str:
+    if kind == "double":
+        return f"{float(v):f}"
+    if kind == "int":
+        return str(int(v))
+    return str(v)
 
 
 class Collector:
@@ -168,6 +215,7 @@ class Collector:
         self.started = time.time()
         self.cache = ("", 0.0, None)
         self.lock = threading.Lock()
+        self.names = field_names()
 
     def _state_stamp(self):
         stamps = []
@@ -189,22 +237,23 @@ class Collector:
             self.cache = (text, time.time(), now_stamp)
             return text
 
-    def _labels(self, g: dict, extra: dict | None = None) -> str:
-        model = g["name"].replace(" ", "-") if self.opts["rbmn"] else g["name"]
+    def _labels(self, e: dict, labels: dict, attributes: dict | None = None) -> str:
+        """render_metrics.go:47 @691c927: the fixed labels in their order, then the label fields
+        and extra labels sorted by name, then the attributes (err_code, err_msg) sorted."""
+        g = e["gpu"]
+        model = g["name"]
+        if self.opts["rbmn"]:
+            model = "-".join(model.split())
         pairs = [("gpu", str(g["index"])), ("uuid" if self.opts["old_ns"] else "UUID", g["uuid"]),
                  ("pci_bus_id", g["pci_bus_id"]), ("device", f"nvidia{g['index']}"),
                  ("modelName", model)]  # fmt: skip
-        if not self.opts["no_hostname"]:
-            pairs.append(("Hostname", c.hostname()))
-        pairs.extend(self._label_fields(g))
-        pairs.extend((extra or {}).items())
+        if e.get("gi"):
+            pairs += [("GPU_I_PROFILE", e["gi"]["profile"]), ("GPU_I_ID", str(e["gi"]["gi_id"]))]
+        if self.opts["hostname"]:
+            pairs.append((c.BUILD.get("hostname_label", "Hostname"), self.opts["hostname"]))
+        pairs += sorted(labels.items())
+        pairs += sorted((attributes or {}).items())
         return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in pairs) + "}"
-
-    def _label_fields(self, g: dict) -> list:
-        ctx = {"driver": self.driver, "nvml": self.opts.get("nvml", "")}
-        return [
-            (name, FIELDS[name](g, {}, ctx)) for name, typ, _ in self.counters if typ == "label"
-        ]
 
     def _gpus_and_state(self):
         if self.opts["remote"]:
@@ -213,12 +262,26 @@ class Collector:
                 reply = c.request(host, port, {"op": "discovery"}, timeout=5)
                 hello = c.request(host, port, {"op": "hello"}, timeout=5)
             except (OSError, ValueError) as e:
-                log(f'level=error msg="Failed to collect metrics; host engine {host}:{port}: {e}"')
+                log("ERROR", f"Failed to collect metrics; host engine {host}:{port}: {e}")
                 return None, None
             self.driver = hello.get("driver", self.driver)
-            return reply["gpus"], c.state()
+            gpus = [g for g in reply["gpus"] if g.get("status", "OK") == "OK"]
+            return gpus, c.state()
         st = c.state()
         return c.visible_gpus(c.hardware(), st), st
+
+    def _entities(self, gpus: list) -> list:
+        """devicemonitoring.GetMonitoredEntities (device_monitoring.go:41-128 @691c927): with
+        -d f a GPU in MIG mode is monitored as its GPU instances, any other GPU as itself."""
+        mode = self.opts["devices"]
+        out = []
+        for g in gpus:
+            gis = c.mig_instances(g)
+            if mode in ("f", "i") and gis:
+                out += [{"gpu": g, "gi": gi} for gi in gis]
+            elif mode in ("f", "g"):
+                out.append({"gpu": g, "gi": None})
+        return out
 
     def _collect(self) -> str:
         gpus, st = self._gpus_and_state()
@@ -226,67 +289,130 @@ class Collector:
         if gpus is None:
             return "\n".join(out) + "\n"
         samples = {g["index"]: c.gpu_sample(g, st) for g in gpus}
-        ctx = {"driver": self.driver}
+        entities = self._entities(gpus)
+        base_ctx = {"driver": self.driver, "nvml": self.opts.get("nvml", "")}
+        label_fields = [(n, self.names[n]) for n, t, _ in self.counters
+                        if t == "label" and n in self.names]  # fmt: skip
+        families = []
         for name, typ, help_text in self.counters:
             if typ == "label":
                 continue
             if name in EXPORTER_METRICS:
-                lines = self._exporter_series(name, gpus, samples, st)
+                lines = self._exporter_series(name, entities, samples, st, base_ctx, label_fields)
+                fid = EXPORTER_METRICS[name]
             else:
-                lines = []
-                for g in gpus:
-                    v = FIELDS[name](g, samples[g["index"]], ctx)
-                    if v is not None:
-                        lines.append(f"{name}{self._labels(g)} {_fmt(v)}")
-            if not lines:
-                continue
+                fid = self.names[name]
+                lines = self._field_series(name, fid, entities, samples, base_ctx, label_fields)
+            if lines:
+                families.append(((fid, name), name, typ, help_text, lines))
+        # text/template ranges over the counters map in key order: FieldID first
+        for _key, name, typ, help_text, lines in sorted(families, key=lambda f: f[0]):
             out.append(f"# HELP {name} {help_text}")
             out.append(f"# TYPE {name} {typ}")
             out.extend(lines)
         return "\n".join(out) + "\n"
 
-    def _exporter_series(self, name: str, gpus: list, samples: dict, st: dict) -> list:
+    def _ctx(self, e: dict, samples: dict, base: dict) -> dict:
+        s = samples[e["gpu"]["index"]]
+        gi = e.get("gi")
+        ctx = dict(base)
+        if gi:
+            gi_sample = s["instances"].get(gi["gi_id"], {"used": 0, "free": gi["memory_mib"],
+                                                         "busy": False})  # fmt: skip
+            ctx.update(gi=gi, gi_sample=gi_sample, activity=1.0 if gi_sample["busy"] else 0.0)
+        else:
+            ctx.update(gi=None, activity=1.0 if s["jobs"] else 0.0)
+        return ctx
+
+    def _label_values(self, e: dict, samples: dict, base: dict, label_fields: list) -> dict:
+        s = samples[e["gpu"]["index"]]
+        ctx = self._ctx(e, samples, base)
+        out = {}
+        for name, fid in label_fields:
+            spec = SPECS.get(fid)
+            if spec is None:
+                continue
+            v = spec[2](e["gpu"], s, ctx)
+            if v is not BLANK:
+                out[name] = v
+        return out
+
+    def _field_series(self, name: str, fid: int, entities: list, samples: dict, base: dict,
+                      label_fields: list) -> list:  # fmt: skip
+        spec = SPECS.get(fid)
+        if spec is None:  # a real field the simulation has no reading for: blank, skipped
+            return []
+        kind, scope, fn = spec
+        lines = []
+        for e in entities:
+            g = e["gpu"]
+            if scope == "nomig" and g.get("mig") is not None:
+                continue
+            v = fn(g, samples[g["index"]], self._ctx(e, samples, base))
+            if v is BLANK:
+                continue
+            attrs = None
+            if fid == 230:  # gpu_collector.go:323-331: err_code / err_msg on XID_ERRORS
+                code = int(v)
+                text = c.XID_TEXT.get(code) if 0 <= code <= c.XID_TABLE_END else None
+                attrs = {"err_code": str(code), "err_msg": text or c.UNKNOWN_XID_TEXT}
+            labels = self._label_values(e, samples, base, label_fields)
+            lines.append(f"{name}{self._labels(e, labels, attrs)} {_fmt(v, kind)}")
+        return lines
+
+    def _exporter_series(self, name: str, entities: list, samples: dict, st: dict, base: dict,
+                         label_fields: list) -> list:  # fmt: skip
         lines = []
         now = time.time()
-        win = self.opts["xid_window_ms"]
-        for g in gpus:
+        for e in entities:
+            g = e["gpu"]
             s = samples[g["index"]]
-            if name in ("DCGM_EXP_XID_ERRORS_COUNT", "DCGM_EXP_XID_ERRORS_TOTAL"):
+            labels = self._label_values(e, samples, base, label_fields)
+            if name == "DCGM_EXP_XID_ERRORS_COUNT":  # expcollector.go:39-109, xid_collector.go
+                win = self.opts["xid_window_ms"]
                 counts: dict = {}
-                for e in s["xid_events"]:
-                    code = str(e["xid"])
-                    counts.setdefault(code, 0)
-                    if (
-                        name.endswith("_COUNT") and now - float(e.get("time", 0)) <= win / 1000.0
-                    ) or (name.endswith("_TOTAL") and float(e.get("time", 0)) >= self.started - 1):
-                        counts[code] += 1
-                for code, n in sorted(counts.items(), key=lambda kv: int(kv[0])):
-                    extra = {"xid": code, "window_size_in_ms": str(win)} if name.endswith("_COUNT") \
-                        else {"xid": code}  # fmt: skip
-                    lines.append(f"{name}{self._labels(g, extra)} {n}")
-            elif name in ("DCGM_EXP_CLOCK_EVENTS_COUNT", "DCGM_EXP_CLOCK_EVENTS_TOTAL"):
-                bits = s["clocks_event_reasons"]
-                for mask, label in CLOCK_EVENTS:
-                    if bits & mask:
-                        extra = {"clock_event": label}
-                        if name.endswith("_COUNT"):
-                            extra["window_size_in_ms"] = str(self.opts["clock_window_ms"])
-                        lines.append(f"{name}{self._labels(g, extra)} 1")
+                for ev in s["xid_events"]:
+                    if now - float(ev.get("time", 0)) <= win / 1000.0:
+                        counts[int(ev["xid"])] = counts.get(int(ev["xid"]), 0) + 1
+                window = {"window_size_in_ms": str(win)}
+                if not counts:  # "Create metric with Zero value" (expcollector.go:101-104)
+                    lines.append(f"{name}{self._labels(e, {**labels, **window})} 0")
+                for xid, n in counts.items():
+                    extra = {**labels, **window, "xid": str(xid)}
+                    lines.append(f"{name}{self._labels(e, extra)} {n}")
+            elif name == "DCGM_EXP_CLOCK_EVENTS_COUNT":  # clock_events_collector.go
+                window = {"window_size_in_ms": str(self.opts["clock_window_ms"])}
+                active = [label for mask, label in CLOCK_EVENTS if s["clocks_event_reasons"] & mask]
+                if not active:
+                    lines.append(f"{name}{self._labels(e, {**labels, **window})} 0")
+                for label in active:
+                    extra = {**labels, **window, "clock_event": label}
+                    lines.append(f"{name}{self._labels(e, extra)} 1")
             elif name == "DCGM_EXP_GPU_HEALTH_STATUS":
-                incidents = c.gpu_health(g, st)
-                if not incidents:
-                    lines.append(
-                        f"{name}{self._labels(g, {'health_watch': 'ALL', 'health_error_code': 'DCGM_FR_OK'})} 0"
-                    )
-                for system, level, _msg in incidents:
-                    code = "DCGM_FR_" + system.upper()
-                    lines.append(f"{name}{self._labels(g, {'health_watch': system.upper(), 'health_error_code': code})} "
-                                 f"{20 if level == 'Failure' else 10}")  # fmt: skip
+                # only GPU entities: the collector's group holds FE_GPUs (gpu_health_collector.go
+                # :242-244), so instances of a MIG GPU get no series
+                if e.get("gi"):
+                    continue
+                watches = (
+                    HEALTH_WATCHES if c.BUILD.get("version") != "4.7.1" else HEALTH_WATCHES[:-1]
+                )
+                found = {}
+                for system, level, _msg, code in c.gpu_health(g, st):
+                    found[HEALTH_SYSTEM.get(system, system)] = (level, code)
+                for watch in watches:
+                    level, code = found.get(watch, ("Healthy", "DCGM_FR_OK"))
+                    extra = {**labels, "health_watch": watch, "health_error_code": code}
+                    lines.append(f"{name}{self._labels(e, extra)} {HEALTH_VALUE[level]}")
+            # DCGM_EXP_P2P_STATUS: accepted, not modelled (see the gpusim README)
         return lines
 
 
-def log(msg: str) -> None:
-    sys.stderr.write(f'time="{time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}" {msg}\n')
+def log(level: str, msg: str, **attrs) -> None:
+    """One log/slog text-handler line on stderr, as dcgm-exporter 4.x logs."""
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
+    extra = "".join(f" {k}={v}" for k, v in attrs.items())
+    sys.stderr.write(f'time={stamp} level={level} msg="{msg}"{extra}\n')
     sys.stderr.flush()
 
 
@@ -308,7 +434,10 @@ def _parse(argv: list) -> dict:
         "listen": env.get("DCGM_EXPORTER_LISTEN", ":9400"),
         "interval_ms": int(env.get("DCGM_EXPORTER_INTERVAL", "30000")),
         "remote": env.get("DCGM_REMOTE_HOSTENGINE_INFO"),
+        # parsed but unused upstream: NoHostname is read nowhere (git grep NoHostname @691c927)
         "no_hostname": env.get("DCGM_EXPORTER_NO_HOSTNAME", "false").lower() == "true",
+        "kubernetes": False,
+        "devices": env.get("DCGM_EXPORTER_DEVICES_STR", "f"),
         "old_ns": False,
         "rbmn": False,
         "xid_window_ms": int(env.get("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", "300000")),
@@ -319,8 +448,9 @@ def _parse(argv: list) -> dict:
              "-c": "interval_ms", "--collect-interval": "interval_ms",
              "-r": "remote", "--remote-hostengine-info": "remote",
              "-x": "xid_window_ms", "--xid-count-window-size": "xid_window_ms",
-             "--clock-events-count-window-size": "clock_window_ms"}  # fmt: skip
-    ignored_values = {"-d", "--devices", "-s", "--switch-devices", "-p", "--cpu-devices", "-m",
+             "--clock-events-count-window-size": "clock_window_ms",
+             "-d": "devices", "--devices": "devices"}  # fmt: skip
+    ignored_values = {"-s", "--switch-devices", "-p", "--cpu-devices", "-m",
                       "--configmap-data", "--log-format", "--dcgm-log-level",
                       "--hpc-job-mapping-dir"}  # fmt: skip
     flags = {"-n": "no_hostname", "--no-hostname": "no_hostname", "-o": "old_ns",
@@ -347,22 +477,38 @@ def _parse(argv: list) -> dict:
                 o[key] = int(val) if key.endswith("_ms") else val
         elif a in flags:
             o[flags[a]] = True
-        elif a in ("-k", "--kubernetes", "--enable-dcgm-log", "--disable-startup-validate",
-                   "--enable-pprof", "--web-systemd-socket"):  # fmt: skip
+        elif a in ("-k", "--kubernetes"):
+            o["kubernetes"] = True
+        elif a in ("--enable-dcgm-log", "--disable-startup-validate", "--enable-pprof",
+                   "--web-systemd-socket"):  # fmt: skip
             pass
         elif a == "--web-config-file":
             raise ValueError("--web-config-file (TLS/basic auth) is not simulated")
         else:
             raise ValueError(f"flag provided but not defined: {a}")
         i += 1
+    if o["devices"] not in ("f", "g", "i"):
+        raise ValueError(f"Invalid device option '{o['devices']}' (simulated: f, g, i)")
     return o
+
+
+def hostname_label_value(o: dict) -> str:
+    """hostname.GetHostname (internal/pkg/hostname/hostname.go:29-61, the same at 4.4.2-4.7.1,
+    691c927 and d5e5f51): in Kubernetes (-k) the local name; with -r the host part of -r as
+    given (``-r localhost:5555`` -> ``localhost`` on every host); else $NODE_NAME or the host's
+    name."""
+    if o["remote"] and not o["kubernetes"]:
+        text = o["remote"] if isinstance(o["remote"], str) else ""
+        host, _, port = text.rpartition(":")
+        return host.strip("[]") if port.isdigit() and host else text
+    return os.environ.get("NODE_NAME") or c.hostname()
 
 
 def main(argv: list) -> int:
     try:
         o = _parse(argv)
     except ValueError as e:
-        log(f'level=fatal msg="{e}"')
+        log("ERROR", str(e))
         return 1
     tag = c.BUILD.get("exporter_tag", "unknown")
     if o["mode"] == "version":
@@ -373,15 +519,18 @@ def main(argv: list) -> int:
             f"dcgm-exporter [-f CSV] [-a ADDR] [-c MS] [-r HOST:PORT] -- {c.SIM_NOTE}\n"
         )
         return 0
-    log(f'level=info msg="Starting dcgm-exporter" Version={tag} simulated=true')
+    log("INFO", "Starting dcgm-exporter", Version=tag, simulated="true")
+    o["hostname"] = hostname_label_value(o)
     try:
         with open(c.path(o["csv"]), encoding="utf-8") as f:
             counters = parse_csv(f.read(), o["csv"])
     except OSError as e:
-        log(f'level=fatal msg="Could not read collectors file {o["csv"]}: {e.strerror}"')
+        log(
+            "ERROR", f"Could not read metrics file '{o['csv']}'; err: open {o['csv']}: {e.strerror}"
+        )
         return 1
-    except CsvError as e:
-        log(f'level=fatal msg="{e}"')
+    except CsvError as e:  # counters.GetCounterSet fails: slog.Error, os.Exit(1) (app.go:942-945)
+        log("ERROR", str(e))
         return 1
     o["nvml"] = c.nvml_library_version() or ""
     if o["remote"]:
@@ -399,22 +548,22 @@ def main(argv: list) -> int:
                     break
                 time.sleep(0.25)
         if hello is None:
-            log(f'level=fatal msg="Error connecting to nv-hostengine at {host}:{port}: {e}. '
-                f'Host engine connection invalid/disconnected"')  # fmt: skip
+            log("ERROR", f"Error connecting to nv-hostengine at {host}:{port}: {e}. Host engine "
+                "connection invalid/disconnected")  # fmt: skip
             return 1
         driver = hello.get("driver", "")
-        log(f'level=info msg="Attemping to connect to remote hostengine at {host}:{port}"')
+        log("INFO", f"Attemping to connect to remote hostengine at {host}:{port}")
     else:
         try:
             driver = c.nvml_init()["version"]
         except c.NvmlError as e:
-            log(f'level=fatal msg="Error starting embedded DCGM: {e.message.splitlines()[0]}"')
+            log("ERROR", f"Error starting embedded DCGM: {e.message.splitlines()[0]}")
             return 1
     collector = Collector(counters, o, driver)
     try:
         family, host, port = parse_listen(o["listen"])
     except ValueError as e:
-        log(f'level=fatal msg="{e}"')
+        log("ERROR", str(e))
         return 1
 
     class Handler(BaseHTTPRequestHandler):
@@ -452,12 +601,12 @@ def main(argv: list) -> int:
     try:
         server = Server((host, port), Handler)
     except OSError as e:
-        log(f'level=fatal msg="Failed to listen on {o["listen"]}: {e.strerror}"')
+        log("ERROR", f"Failed to listen on {o['listen']}: {e.strerror}")
         return 1
     import signal
 
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
-    log(f'level=info msg="Starting webserver" address={o["listen"]}')
+    log("INFO", "Starting webserver", address=o["listen"])
     try:
         server.serve_forever(poll_interval=0.5)
     finally:

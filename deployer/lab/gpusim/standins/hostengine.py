@@ -43,55 +43,80 @@ def required_diag_major(driver_cuda: str, gpus: list) -> int:
     return major
 
 
-def run_diag(level: int, st: dict, hw: dict, driver: str) -> dict:
-    """The result of ``dcgmi diag -r LEVEL``: per test, per GPU Pass/Fail with messages."""
-    gpus = c.visible_gpus(hw, st)
+def _err(message: str, isolate: bool) -> dict:
+    return {"message": message, "isolate": isolate}
+
+
+def run_diag(level: int, st: dict, hw: dict, driver: str, known: list | None = None) -> dict:
+    """The result of ``dcgmi diag -r LEVEL``: per test, per GPU Pass/Fail with the DCGM errors
+    (messages of dcgmlib/dcgm_errors.h, isolate priority of dcgmlib/src/dcgm_errors.c @v4.6.0)."""
+    gpus = [g for g in hw.get("gpus", []) if known is None or g["index"] in known]
     cuda = c.cuda_version()
     need = required_diag_major(cuda, hw.get("gpus", []))
     result = {"level": level, "dcgm_version": c.dcgm_version(), "driver": driver,
               "device_ids": [g["pci_device_id"] for g in gpus], "tests": [], "errors": []}  # fmt: skip
     if c.read_json(c.DCGM_DIAG_FILE.format(major=need)) is None:
         result["errors"].append(
-            f"The diagnostic could not run: no DCGM diagnostic plugins for CUDA {need} are installed "
-            f"(driver CUDA {cuda}; install datacenter-gpu-manager-4-cuda{need})."
+            f"No DCGM diagnostic plugins for CUDA {need} are installed (driver CUDA {cuda}; "
+            f"install datacenter-gpu-manager-4-cuda{need})."
         )
         return result
-    lost = [g for g in hw.get("gpus", []) if c.gpu_fault(st, g["index"]).get("missing")]
     failure = st.get("validation_failure")
     for test in DIAG_TESTS[level]:
         entry = {"name": test, "gpus": []}
         for g in gpus:
             i = g["index"]
             fault = c.gpu_fault(st, i)
-            msgs = []
-            if test == "software":
-                for lg in lost:
-                    msgs.append(f"GPU {lg['index']} ({lg['pci_bus_id']}) is lost to the driver: "
-                                "it fell off the bus")  # fmt: skip
-                if int(fault.get("ecc_dbe", 0)) > 0:
-                    kind = "row remap" if g.get("row_remap") else "page retirement"
-                    msgs.append(f"GPU {i} has a pending {kind} after double-bit ECC errors; "
-                                "reset the GPU or reboot")  # fmt: skip
-            if test == "memory" and int(fault.get("ecc_dbe", 0)) > 0:
-                msgs.append(f"GPU {i}: a double-bit ECC error was detected during the memory test")
+            errs = []
+            dbe = int(fault.get("ecc_dbe", 0))
+            if fault.get("missing"):
+                if test == "software":  # DCGM_FR_FALLEN_OFF_BUS (isolate)
+                    errs.append(_err(f"GPU {i} has fallen off the bus", True))
+            elif test == "software" and dbe > 0:
+                if g.get("row_remap"):  # DCGM_FR_PENDING_ROW_REMAP (reset)
+                    errs.append(_err(f"GPU {i} had memory errors and row remappings are pending",
+                                     False))  # fmt: skip
+                else:  # DCGM_FR_DBE_PENDING_PAGE_RETIREMENTS (reset)
+                    errs.append(_err(f"Pending page retirements together with a DBE were detected "
+                                     f"on GPU {i}.", False))  # fmt: skip
+            elif test == "memory" and dbe > 0:  # DCGM_FR_VOLATILE_DBE_DETECTED (isolate)
+                errs.append(_err(f"Detected {dbe} volatile double-bit ECC error(s) in GPU {i}.",
+                                 True))  # fmt: skip
             if (
                 failure
                 and failure.get("test", "software") == test
                 and failure.get("gpu") in (None, i)
+                and not fault.get("missing")
             ):
-                msgs.append(failure.get("message") or
-                            f"GPU {i}: validation failure injected by the gpumon-deploy lab")  # fmt: skip
-            entry["gpus"].append({"gpu": i, "result": "Fail" if msgs else "Pass", "messages": msgs})
+                errs.append(_err(failure.get("message") or
+                                 f"GPU {i}: validation failure injected by the gpumon-deploy lab",
+                                 False))  # fmt: skip
+            entry["gpus"].append({"gpu": i, "result": "Fail" if errs else "Pass", "errors": errs})
         result["tests"].append(entry)
     return result
+
+
+#: dcgmi health -s letters -> DCGM systems (dcgmi/CommandLineParser.cpp:1236-1248 @v4.6.0)
+WATCH_LETTERS = {"p": ("PCIe",), "m": ("Memory",), "i": ("InfoROM",), "n": ("NVLINK",),
+                 "t": ("Thermal", "Power"), "d": ("Driver",)}  # fmt: skip
 
 
 class Engine:
     def __init__(self, driver: str) -> None:
         self.driver = driver
         self.started = time.time()
-        self.watches = "a"
+        self.watches = ""  # a new host engine watches nothing until "dcgmi health -s"
         self.lock = threading.Lock()
+        # the GPUs NVML enumerated when the engine started; one that falls off later stays in
+        # DCGM's entity list with status LOST
+        self.known = [g["index"] for g in c.visible_gpus()]
+
+    def _watched(self, system: str) -> bool:
+        if system == "ALL":
+            return True
+        if "a" in self.watches:
+            return True
+        return any(system in WATCH_LETTERS.get(ch, ()) for ch in self.watches)
 
     def handle(self, req: dict) -> dict:
         op = req.get("op")
@@ -99,11 +124,12 @@ class Engine:
         if op == "hello":
             return {"ok": True, "version": c.dcgm_version(), "driver": self.driver}
         if op == "discovery":
-            return {
-                "ok": True,
-                "gpus": c.visible_gpus(hw, st),
-                "nvswitches": hw.get("nvswitches", []),
-            }
+            visible = {g["index"] for g in c.visible_gpus(hw, st)}
+            gpus = []
+            for g in hw.get("gpus", []):
+                if g["index"] in self.known:
+                    gpus.append({**g, "status": "OK" if g["index"] in visible else "LOST"})
+            return {"ok": True, "gpus": gpus, "nvswitches": hw.get("nvswitches", [])}
         if op == "health_set":
             with self.lock:
                 self.watches = str(req.get("mask", "a"))
@@ -113,15 +139,18 @@ class Engine:
         if op == "health_check":
             incidents = []
             for g in hw.get("gpus", []):
-                for system, level, msg in c.gpu_health(g, st):
-                    incidents.append({"gpu": g["index"], "system": system, "health": level,
-                                      "message": msg})  # fmt: skip
-            return {"ok": True, "incidents": incidents}
+                if g["index"] not in self.known:
+                    continue
+                for system, level, msg, _code in c.gpu_health(g, st):
+                    if self._watched(system):
+                        incidents.append({"gpu": g["index"], "system": system, "health": level,
+                                          "message": msg})  # fmt: skip
+            return {"ok": True, "watched": bool(self.watches), "incidents": incidents}
         if op == "diag":
             level = int(req.get("level", 1))
             if level not in DIAG_TESTS:
                 return {"ok": False, "error": f"Invalid run level {level}: use 1, 2, 3 or 4"}
-            return {"ok": True, "result": run_diag(level, st, hw, self.driver)}
+            return {"ok": True, "result": run_diag(level, st, hw, self.driver, self.known)}
         if op == "samples":
             return {"ok": True, "driver": self.driver}
         return {"ok": False, "error": f"unsupported request {op!r}"}
