@@ -43,12 +43,14 @@ def test_the_prolog_maps_each_gpu_of_the_job_to_its_id(tmp_path):
     assert exporter_view(tmp_path / "map") == {"0": ["4711"], "3": ["4711"]}
 
 
-def test_the_epilog_removes_the_job_and_the_files_it_leaves_empty(tmp_path):
+def test_the_epilog_removes_the_job_and_leaves_its_gpus_files_empty_never_gone(tmp_path):
+    # dcgm-exporter lists the directory, then opens each file: one removed in between fails the
+    # scrape (hpc.go:80-84 @691c9276), so an emptied file stays, and an empty file adds no label
     env = {"SLURM_JOB_ID": "4711", "SLURM_JOB_GPUS": "0,3"}
     run(tmp_path / "map", "prolog", **env)
     assert run(tmp_path / "map", "epilog", **env).returncode == 0
-    assert exporter_view(tmp_path / "map") == {}
-    assert [p.name for p in (tmp_path / "map").iterdir() if not p.name.startswith(".")] == []
+    assert exporter_view(tmp_path / "map") == {"0": [], "3": []}
+    assert sorted(p.name for p in (tmp_path / "map").iterdir()) == [".lock", "0", "3"]
 
 
 def test_jobs_sharing_a_gpu_each_keep_their_line(tmp_path):
@@ -57,6 +59,8 @@ def test_jobs_sharing_a_gpu_each_keep_their_line(tmp_path):
     assert exporter_view(tmp_path / "map") == {"1": ["10", "11"], "2": ["11"]}
     run(tmp_path / "map", "epilog", SLURM_JOB_ID="10", SLURM_JOB_GPUS="1")
     assert exporter_view(tmp_path / "map") == {"1": ["11"], "2": ["11"]}
+    run(tmp_path / "map", "epilog", SLURM_JOB_ID="11", SLURM_JOB_GPUS="1,2")
+    assert exporter_view(tmp_path / "map") == {"1": [], "2": []}
 
 
 def test_a_repeated_prolog_or_epilog_changes_nothing_more(tmp_path):
@@ -66,7 +70,7 @@ def test_a_repeated_prolog_or_epilog_changes_nothing_more(tmp_path):
     assert exporter_view(tmp_path / "map") == {"0": ["7"]}
     run(tmp_path / "map", "epilog", **env)
     assert run(tmp_path / "map", "epilog", **env).returncode == 0
-    assert exporter_view(tmp_path / "map") == {}
+    assert exporter_view(tmp_path / "map") == {"0": []}
 
 
 def test_cuda_visible_devices_stands_in_when_slurm_job_gpus_is_unset(tmp_path):
@@ -91,7 +95,7 @@ def test_without_arguments_the_mode_comes_from_where_it_is_installed(tmp_path, i
     (tmp_path / "map").mkdir()
     (tmp_path / "map" / "0").write_text("12\n")
     run(tmp_path / "map", script=script, SLURM_JOB_ID="12", SLURM_JOB_GPUS="0")
-    assert exporter_view(tmp_path / "map") == ({"0": ["12"]} if mode == "prolog" else {})
+    assert exporter_view(tmp_path / "map") == ({"0": ["12"]} if mode == "prolog" else {"0": []})
 
 
 @pytest.mark.parametrize(
