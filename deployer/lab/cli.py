@@ -102,7 +102,32 @@ def status(name: str, as_json: bool) -> None:
             f" link={link:<4} boots={h['boots']} faults={faults}"
             f" {h.get('gpus', '')}"
         )
+    slurm = info.get("slurm")
+    if slurm:
+        if slurm.get("error"):
+            click.echo(f"slurm: controller {slurm['controller']} does not answer: {slurm['error']}")
+        else:
+            nodes = ", ".join(
+                f"{n} {s['state']}" + (f" ({s['reason']})" if s["reason"] else "")
+                for n, s in slurm["nodes"].items()
+            )
+            click.echo(f"slurm: controller {slurm['controller']}; {nodes}")
     click.echo(f"inventory: {info['inventory']}")
+
+
+@lab.command("slurm")
+@_name_option
+def slurm_cmd(name: str) -> None:
+    """Run the lab's Slurm (idempotent): slurmctld on the topology's slurm controller, slurmd
+    on every GPU host with its simulated GPUs as GRES. Lab only, never a product role."""
+    from deployer.lab import slurm
+
+    try:
+        timings = slurm.bring_up(_lab(name), echo=lambda msg: click.echo(msg, err=True))
+    except (InputError, LabError, HostUnreachable, OSError, RuntimeError) as exc:
+        _fail(exc)
+        return
+    click.echo(json.dumps({k: round(v, 1) for k, v in timings.items()}))
 
 
 def _parse_value(raw: str | None) -> Any:

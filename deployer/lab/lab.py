@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import HostKeyRefused, HostUnreachable, InputError
+from deployer.lab import devnodes, keys, mirror, network
 from deployer.lab import host as hostmod
-from deployer.lab import keys, mirror, network
 from deployer.lab.base import ensure_base
 from deployer.lab.inventory import inventory_data, known_hosts_lines, write_inventory
 from deployer.lab.paths import state_root
@@ -263,6 +263,8 @@ class Lab:
         )
 
     def _gpu_prepare(self, h: LabHost, files: hostmod.HostFiles) -> list[str]:
+        if h.is_gpu:
+            devnodes.prepare_root(files.merged, h.gpu_count)
         sim = gpusim_module()
         if not h.is_gpu or sim is None:
             return []
@@ -365,6 +367,11 @@ class Lab:
                 **({"gpus": _gpus_text(h)} if h.is_gpu else {}),
             }
         out["inventory"] = str(self.inventory_path)
+        from deployer.lab import slurm  # the lab's Slurm, when `lab slurm` brought it up
+
+        slurm_status = slurm.status(self)
+        if slurm_status is not None:
+            out["slurm"] = slurm_status
         return out
 
     # ------------------------------------------------------------ faults
@@ -496,7 +503,7 @@ class Lab:
         mirror.stop_serving(self.dir / "mirror.pid")
         if topo is not None:
             network.delete_bridge(topo.bridge)
-        for name in ("inventory.yml", "known_hosts", "host_keys.json", "lab.json"):
+        for name in ("inventory.yml", "known_hosts", "host_keys.json", "lab.json", "slurm.json"):
             (self.dir / name).unlink(missing_ok=True)
         if self.hosts_dir.is_dir():
             shutil.rmtree(self.hosts_dir)
@@ -582,7 +589,7 @@ def _text(value: Any) -> str:
 
 
 def topology_to_dict(topology: Topology) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "bridge": topology.bridge,
         "subnet": str(topology.subnet),
         "mirror_port": topology.mirror_port,
@@ -601,6 +608,9 @@ def topology_to_dict(topology: Topology) -> dict[str, Any]:
             for h in topology.hosts
         ],
     }
+    if topology.slurm_controller:
+        out["slurm"] = {"controller": topology.slurm_controller}
+    return out
 
 
 def topology_from_dict(data: dict[str, Any]) -> Topology:
@@ -622,4 +632,5 @@ def topology_from_dict(data: dict[str, Any]) -> Topology:
             )
             for h in data["hosts"]
         ),
+        slurm_controller=(data.get("slurm") or {}).get("controller"),
     )

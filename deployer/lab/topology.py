@@ -76,6 +76,8 @@ class Topology:
     mirror_port: int
     hosts: tuple[LabHost, ...]
     source: str = "<topology>"
+    # the host that runs the lab's slurmctld (``slurm: {controller: HOST}``); None: no Slurm
+    slurm_controller: str | None = None
 
     @property
     def gateway(self) -> str:
@@ -107,7 +109,7 @@ def parse_topology(data: Any, *, source: str, gpu_nodes: int | None = None) -> T
     """Validate loaded YAML into a Topology; every error names the file, line and key."""
     if not isinstance(data, dict):
         raise InputError("a topology is a mapping with a 'hosts' key", source=source, line=1)
-    _only_keys(data, ("network", "mirror", "hosts"), source, "")
+    _only_keys(data, ("network", "mirror", "hosts", "slurm"), source, "")
     network = data.get("network") or {}
     _expect_mapping(network, source, data, "network")
     _only_keys(network, ("bridge", "subnet"), source, "network.")
@@ -151,8 +153,33 @@ def parse_topology(data: Any, *, source: str, gpu_nodes: int | None = None) -> T
         specs = _scale_gpu_hosts(specs, gpu_nodes, source)
     hosts = _assign_addresses(specs, subnet, source, hosts_data)
     return Topology(
-        bridge=bridge, subnet=subnet, mirror_port=port, hosts=tuple(hosts), source=source
+        bridge=bridge,
+        subnet=subnet,
+        mirror_port=port,
+        hosts=tuple(hosts),
+        source=source,
+        slurm_controller=_slurm_controller(data, hosts, source),
     )
+
+
+def _slurm_controller(data: dict, hosts: list[LabHost], source: str) -> str | None:
+    """``slurm: {controller: HOST}``: the lab host that runs slurmctld (``lab slurm``)."""
+    if "slurm" not in data:
+        return None
+    slurm = data.get("slurm") or {}
+    _expect_mapping(slurm, source, data, "slurm")
+    _only_keys(slurm, ("controller",), source, "slurm.")
+    controller = slurm.get("controller")
+    names = [h.name for h in hosts]
+    if controller not in names:
+        raise _err(
+            slurm or data,
+            "controller" if slurm else "slurm",
+            f"must name a host of the topology ({', '.join(names)})",
+            source,
+            "slurm.controller",
+        )
+    return str(controller)
 
 
 def _parse_host(name: Any, spec: Any, parent: dict, source: str) -> dict[str, Any]:
@@ -395,6 +422,7 @@ def for_lab_name(topology: Topology, name: str) -> Topology:
         mirror_port=topology.mirror_port,
         hosts=hosts,
         source=topology.source,
+        slurm_controller=topology.slurm_controller,
     )
 
 

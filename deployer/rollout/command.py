@@ -19,10 +19,10 @@ from typing import Any, TextIO
 
 from deployer.connection import Connection, LocalConnection
 from deployer.errors import InputError
-from deployer.rollout import monitoring
+from deployer.rollout import drain, monitoring
 from deployer.rollout.batching import Amount, plan_batches
 from deployer.rollout.controller import Rollout, Settings, initial_record_skips
-from deployer.rollout.drain import DrainHook, make_hook, node_name
+from deployer.rollout.drain import DrainHook, DrainStateError, make_hook, node_name
 from deployer.rollout.preflight import Preflight, run_preflight
 from deployer.rollout.silences import host_matchers
 from deployer.rollout.state import HostRecord, RunRecord, StateStore, new_run_id
@@ -110,29 +110,51 @@ def _options(req: UpgradeRequest, total: int) -> dict[str, Any]:
     }
 
 
-def _already_out(pre: Preflight, hook: DrainHook, opener) -> dict[str, str]:
-    """Selected hosts out of service before the run: unreachable, or drained by someone."""
-    out = {h: f"unreachable: {why}" for h, why in pre.unreachable.items()}
+@dataclass
+class BeforeRun:
+    """Selected hosts out of service before the run (host -> why), and those of them someone
+    else drained: the run never resumes those (``drain.owner``)."""
+
+    out: dict[str, str]
+    drained_by_others: set[str]
+
+
+def _already_out(pre: Preflight, hook: DrainHook, opener) -> BeforeRun:
+    """Read every selected node's scheduler state once, before the run (errors here are input
+    errors: nothing is touched yet)."""
+    before = BeforeRun({h: f"unreachable: {why}" for h, why in pre.unreachable.items()}, set())
     conn = None
     try:
         for h, t in pre.hosts.items():
-            check = hook.command("is_drained", node_name(hook.kind, h, t.variables), "")
+            node = node_name(hook.kind, h, t.variables)
+            check = hook.command("is_drained", node, "")
             if check is None:
                 continue
             conn = conn or opener()
             result = conn.run(check, timeout=120)
-            if result.rc == 127:
+            try:
+                state = hook.parse_state(node, result.rc, result.stdout, result.stderr)
+            except DrainStateError as exc:
+                key = drain.NODE_NAME_VARS.get(hook.kind, "--drain")
                 raise InputError(
-                    f"the {hook.kind} drain hook cannot run on the drain host: "
-                    f"{(result.stderr or result.stdout).strip()[-200:]}",
-                    key="--drain",
+                    f"{h}: the {hook.kind} drain hook cannot read node {node!r} on the drain "
+                    f"host: {exc}",
+                    key=key if result.rc == 0 else "--drain",
+                ) from exc
+            who = drain.owner(state, None)
+            if who in (drain.SOMEONE_ELSE, drain.UNKNOWN):
+                why = f" ({state.state}: {state.reason!r})" if state.reason else ""
+                before.out[h] = f"drained before the run ({hook.kind}){why}"
+                before.drained_by_others.add(h)
+            elif who == drain.EARLIER_RUN:
+                before.out[h] = (
+                    f"drained by run {drain.reason_run(state.reason)}, which did not finish: "
+                    "this run takes it over"
                 )
-            if result.rc == 0:
-                out[h] = f"drained before the run ({hook.kind})"
     finally:
         if conn is not None:
             conn.close()
-    return out
+    return before
 
 
 def _new_record(req: UpgradeRequest, pre: Preflight, hook: DrainHook, opener) -> RunRecord:
@@ -141,7 +163,7 @@ def _new_record(req: UpgradeRequest, pre: Preflight, hook: DrainHook, opener) ->
     todo = [h for h in hosts if not pre.hosts[h].up_to_date]
     options = _options(req, len(pre.session.hosts))
     batches = plan_batches(todo, options["canary"], options["batch_size_hosts"])
-    unavailable = _already_out(pre, hook, opener)
+    before = _already_out(pre, hook, opener)
     t = pre.target
     record = RunRecord(
         run_id=new_run_id(t.version),
@@ -155,7 +177,7 @@ def _new_record(req: UpgradeRequest, pre: Preflight, hook: DrainHook, opener) ->
         options=options,
         batches=batches,
         hosts={},
-        unavailable_before=unavailable,
+        unavailable_before=before.out,
     )
     batch_of = {h: i for i, b in enumerate(batches) for h in b}
     for h in hosts:
@@ -166,7 +188,7 @@ def _new_record(req: UpgradeRequest, pre: Preflight, hook: DrainHook, opener) ->
             before=ht.before,
             after=ht.after,
             inventory_driver=ht.inventory_driver,
-            was_drained=True if unavailable.get(h, "").startswith("drained") else None,
+            was_drained=True if h in before.drained_by_others else None,
         )
     initial_record_skips(record, pre.hosts)
     return record
@@ -338,7 +360,12 @@ def upgrade_driver(
             file=err,
         )
         for h, why in summary["failed"].items():
-            print(f"FAILED {h}: {why} (left drained and silenced)", file=err)
+            left = (
+                "returned to the scheduler: nothing was changed on it"
+                if record.hosts[h].returned
+                else "left drained and silenced"
+            )
+            print(f"FAILED {h}: {why} ({left})", file=err)
         ok = record.status == "finished" and not record.failures() and not pre.unreachable
         return EXIT_OK if ok else EXIT_FAILED
     finally:

@@ -32,14 +32,17 @@ from deployer.executor import Executor
 from deployer.modules.reboot import REBOOT_COMMAND
 from deployer.plan import HostPlan, PlannedTask
 from deployer.results import RunReport, Status, TaskResult
-from deployer.rollout import batching, hostops, monitoring
-from deployer.rollout.drain import DrainHook, node_name
+from deployer.rollout import batching, drain, hostops, monitoring
+from deployer.rollout.drain import DrainHook, DrainStateError, NodeState, node_name
 from deployer.rollout.preflight import GPU_ROLES, HostTarget, target_vars
 from deployer.rollout.silences import SilenceError, Silences, host_matchers, silence_payload
 from deployer.rollout.state import FAILED, SKIPPED, TERMINAL, RunRecord, StateStore, next_step
 from deployer.session import DeploySession, RunOptions
 
 POLL_S = 5.0
+# Steps that change nothing on the host: a host that fails in one (GPU jobs still running at
+# --job-timeout, the drain refused) goes back to the scheduler as the run found it.
+BEFORE_ANY_CHANGE = ("draining", "waiting_jobs")
 LOADED_CHECK_TASK = "the loaded kernel module is driver"
 Clock = Callable[[], float]
 
@@ -238,6 +241,8 @@ class Rollout:
             try:
                 getattr(self, f"_step_{step}")(host)
             except StepFailed as exc:
+                if step in BEFORE_ANY_CHANGE:
+                    self._release(host)
                 self._fail(host, str(exc))
                 return
             except HostUnreachable as exc:
@@ -317,27 +322,64 @@ class Rollout:
 
     # ------------------------------------------------------------------ the steps
     def _reason(self, host: str) -> str:
-        return (
-            f"gpumon-deploy upgrade-driver run {self.record.run_id}: "
-            f"driver {self.record.hosts[host].before.get('driver_installed') or 'none'} -> "
-            f"{self.record.target['version']}"
+        return drain.run_reason(
+            self.record.run_id,
+            self.record.hosts[host].before.get("driver_installed"),
+            self.record.target["version"],
         )
+
+    def _node(self, host: str) -> str:
+        return node_name(self.hook.kind, host, self.targets[host].variables)
+
+    def _node_state(self, host: str) -> NodeState | None:
+        """The node as the scheduler sees it now (None: the hook has no scheduler)."""
+        node = self._node(host)
+        check = self.hook.command("is_drained", node, "")
+        if check is None:
+            return None
+        result = self._drain_run(check)
+        try:
+            return self.hook.parse_state(node, result.rc, result.stdout, result.stderr)
+        except DrainStateError as exc:
+            raise StepFailed(f"cannot read the {self.hook.kind} state of {node}: {exc}") from exc
 
     def _step_draining(self, host: str) -> None:
         rec = self.record.hosts[host]
-        node = node_name(self.hook.kind, host, self.targets[host].variables)
-        check = self.hook.command("is_drained", node, "")
-        if check is None:
+        node = self._node(host)
+        state = self._node_state(host)
+        if state is None:
             return
+        who = drain.owner(state, self.record.run_id)
         if rec.was_drained is None:
             with self._lock:
-                rec.was_drained = self._drain_run(check).rc == 0
+                rec.was_drained = who in (drain.SOMEONE_ELSE, drain.UNKNOWN)
+            if who == drain.EARLIER_RUN:
+                self._note(
+                    host,
+                    f"drained by run {drain.reason_run(state.reason)}, which did not finish: "
+                    "this run takes the drain over (and resumes the node after validation)",
+                )
             self.store.save(self.record)
-        if not rec.was_drained:
+        elif rec.drained_by_run and who == drain.SOMEONE_ELSE:
+            # a resumed run: someone drained the node again, with their reason, after this run
+            # had drained it; the drain is theirs now and the run leaves it to them
+            with self._lock:
+                rec.drained_by_run = False
+            self._note(host, f"drained again by someone else during the run ({state.reason!r})")
+        if who in (drain.NOBODY, drain.EARLIER_RUN):
+            if rec.was_drained:
+                # drained when the run started, in service now: it is drained like any other
+                with self._lock:
+                    rec.was_drained = False
+                self._note(host, "resumed by someone else since the run started: drained again")
             result = self._drain_run(self.hook.command("drain", node, self._reason(host)) or "")
             if result.rc != 0:
                 raise StepFailed(f"drain failed (rc={result.rc}): {_tail(result)}")
             with self._lock:
+                rec.drained_by_run = True
+            self.store.save(self.record)
+        elif who == drain.THIS_RUN and not rec.drained_by_run:
+            with self._lock:  # drained, then interrupted before the state file said so
                 rec.drained_by_run = True
             self.store.save(self.record)
         idle = self.hook.command("idle", node, "") or "true"
@@ -349,10 +391,53 @@ class Rollout:
             if self.clock() >= deadline:
                 raise StepFailed(
                     f"the scheduler still runs work on {node} after "
-                    f"{self.settings.job_timeout_s}s: {_tail(result)}"
+                    f"{self.settings.job_timeout_s}s (--job-timeout): {_tail(result)}"
                 )
-            self.view.detail(host, f"waiting for the scheduler to empty {node}")
+            self.view.detail(host, f"waiting for the scheduler to empty {node}: {_tail(result, 1)}")
             self._wait(POLL_S)
+
+    def _release(self, host: str) -> None:
+        """Give a host that failed before anything changed on it back to the scheduler: resume
+        it when this run drained it and the drain is still the run's."""
+        rec = self.record.hosts[host]
+        if not rec.drained_by_run:
+            return
+        try:
+            if self._resume_if_ours(host, "returned to the scheduler unchanged"):
+                with self._lock:
+                    rec.returned = True
+                self.store.save(self.record)
+        except (StepFailed, HostUnreachable) as exc:
+            self._note(host, f"could not return it to the scheduler: {exc}")
+
+    def _resume_if_ours(self, host: str, done: str) -> bool:
+        """Resume the node if the drain on it is this run's (the reason says so, where the
+        scheduler keeps one); otherwise leave it and say why. True when it is in service."""
+        state = self._node_state(host)
+        if state is None:
+            return False
+        who = drain.owner(state, self.record.run_id)
+        if who == drain.NOBODY:
+            self._note(
+                host,
+                f"already back in service ({state.state or 'not drained'}): "
+                "resumed by someone else during the run",
+            )
+            return True
+        if who not in (drain.THIS_RUN, drain.UNKNOWN):
+            self._note(
+                host,
+                f"left drained: drained again during the run by someone else ({state.reason!r})",
+            )
+            return False
+        command = self.hook.command("resume", self._node(host), "")
+        if command is None:
+            return False
+        result = self._drain_run(command)
+        if result.rc != 0:
+            raise StepFailed(f"undrain failed (rc={result.rc}): {_tail(result)}")
+        self._note(host, done)
+        return True
 
     def _step_waiting_jobs(self, host: str) -> None:
         check = self.targets[host].variables.get(
@@ -519,13 +604,7 @@ class Rollout:
             if rec.was_drained:
                 self._note(host, "left drained: it was drained before the run")
             return
-        node = node_name(self.hook.kind, host, self.targets[host].variables)
-        command = self.hook.command("resume", node, "")
-        if command is None:
-            return
-        result = self._drain_run(command)
-        if result.rc != 0:
-            raise StepFailed(f"undrain failed (rc={result.rc}): {_tail(result)}")
+        self._resume_if_ours(host, "resumed: back in service")
 
     def _step_unsilencing(self, host: str) -> None:
         rec = self.record.hosts[host]

@@ -89,6 +89,8 @@ class HostRecord:
     failed_step: str | None = None
     was_drained: bool | None = None  # drained by someone else before the run touched it
     drained_by_run: bool = False
+    # failed before anything changed on it (GPU jobs at --job-timeout) and resumed: in service
+    returned: bool = False
     silence_ids: list[str] = field(default_factory=list)
     silence_peer: str | None = None
     before: dict[str, Any] = field(default_factory=dict)  # versions seen at preflight
@@ -102,9 +104,12 @@ class HostRecord:
     @property
     def out_of_service(self) -> bool:
         """Out of service now: between draining and validating, or failed after draining began
-        (a failed host stays drained and silenced)."""
+        (a failed host stays drained and silenced, unless it failed before anything changed on
+        it and the run gave it back to the scheduler)."""
         if self.state in OUT_OF_SERVICE:
             return True
+        if self.returned:
+            return False
         return self.state == FAILED and self.failed_step not in (None, "pending")
 
     def entered(self, step: str) -> float | None:

@@ -24,11 +24,12 @@ def test_slurm_drains_with_a_reason_waits_on_squeue_and_resumes():
         "scontrol update nodename=gpu01 state=drain "
         "reason='gpumon-deploy upgrade-driver run R1: driver 570.133.20 -> 580.126.20'"
     )
-    assert s.command("idle", "gpu01", REASON) == 'test -z "$(squeue -w gpu01 -h)"'
-    assert s.command("resume", "gpu01", REASON) == "scontrol update nodename=gpu01 state=resume"
-    assert s.command("is_drained", "gpu01", "") == (
-        "sinfo -h -N -n gpu01 -o %T | grep -qiE '^(drain|down)'"
+    assert s.command("idle", "gpu01", REASON) == (
+        "jobs=$(squeue -h -w gpu01 -o 'job %i (%u, %T): %j') || exit 2; "
+        'if [ -n "$jobs" ]; then printf \'%s\\n\' "$jobs"; exit 1; fi'
     )
+    assert s.command("resume", "gpu01", REASON) == "scontrol update nodename=gpu01 state=resume"
+    assert s.command("is_drained", "gpu01", "") == "sinfo -h -N -n gpu01 -o '%T|%E'"
 
 
 def test_kubernetes_cordons_drains_gpu_pods_and_uncordons():

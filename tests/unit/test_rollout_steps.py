@@ -1,5 +1,5 @@
 """Single steps of the rollout against scripted hosts: drain remembers a node drained before the
-run (and never resumes it), the GPU-job wait is bounded, silences are not duplicated when a step
+run (and never resumes it; the drain's owner: test_rollout_slurm_drain.py), the GPU-job wait is bounded, silences are not duplicated when a step
 is repeated, the reboot step reboots only when the loaded module is not the target, and the
 validated target is recorded on the host."""
 
@@ -18,6 +18,7 @@ from deployer.rollout.controller import Rollout, Settings, StepFailed
 from deployer.rollout.drain import SlurmDrain
 from deployer.rollout.silences import HttpAnswer, Silences
 from deployer.rollout.state import HostRecord, RunRecord, StateStore
+from tests.unit.slurmfake import FakeSlurm
 
 INVENTORY = "all:\n  children:\n    gpu:\n      hosts:\n        g1: {ansible_host: 10.0.0.1}\n"
 
@@ -67,31 +68,37 @@ def rollout(tmp_path, *, host_conn=None, drain_conn=None, silences=None, reboot=
 
 
 def test_a_node_drained_before_the_run_is_not_drained_again_nor_resumed(tmp_path):
-    drain = ScriptedConnection().on("sinfo", 0).on("squeue", 0)
-    r = rollout(tmp_path, drain_conn=drain)
+    slurm = FakeSlurm("g1")
+    slurm.admin_drain("g1", "fan replaced, burn-in pending")
+    r = rollout(tmp_path, drain_conn=slurm)
     r._step_draining("g1")
     r._step_undraining("g1")
     assert r.record.hosts["g1"].was_drained is True
-    assert not any("scontrol" in c for c in drain.commands)
+    assert slurm.scontrol() == []
     assert "left drained: it was drained before the run" in r.record.hosts["g1"].notes
 
 
 def test_a_node_the_run_drained_is_resumed_and_the_reason_names_the_run(tmp_path):
-    drain = ScriptedConnection().on("sinfo", 1).on("squeue", 0)
-    r = rollout(tmp_path, drain_conn=drain)
+    slurm = FakeSlurm("g1")
+    r = rollout(tmp_path, drain_conn=slurm)
     r._step_draining("g1")
     r._step_undraining("g1")
     rec = r.store.load().hosts["g1"]
     assert (rec.was_drained, rec.drained_by_run) == (False, True)
-    assert drain.commands[1] == (
+    assert slurm.scontrol() == [
         "scontrol update nodename=g1 state=drain "
-        "reason='gpumon-deploy upgrade-driver run R1: driver 570.133.20 -> 580.126.20'"
-    )
-    assert drain.commands[-1] == "scontrol update nodename=g1 state=resume"
+        "reason='gpumon-deploy upgrade-driver run R1: driver 570.133.20 -> 580.126.20'",
+        "scontrol update nodename=g1 state=resume",
+    ]
+    assert slurm.nodes["g1"].state == "idle"
 
 
 def test_a_failing_drain_fails_the_host_with_the_scheduler_s_words(tmp_path):
-    drain = ScriptedConnection().on("sinfo", 1).on("scontrol", 1, "", "Invalid node name g1")
+    drain = (
+        ScriptedConnection()
+        .on("sinfo", 0, "idle|none\n")
+        .on("scontrol", 1, "", "Invalid node name g1")
+    )
     with pytest.raises(StepFailed, match="Invalid node name g1"):
         rollout(tmp_path, drain_conn=drain)._step_draining("g1")
 

@@ -1,0 +1,132 @@
+"""The Slurm Prolog/Epilog that maps jobs to GPUs for dcgm-exporter's --hpc-job-mapping-dir, run as
+slurmd runs it: no arguments (the mode from its path) or prolog|epilog, Slurm's environment
+(SLURM_JOB_ID, SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES), and the directory read back by
+dcgm-exporter's own rules (files named ``^\\d+(\\.\\d+)?$``, one job id a line)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parents[2] / "roles/dcgm_exporter/files/slurm-dcgm-job-map"
+# NVIDIA/dcgm-exporter internal/pkg/transformation/hpc.go:165 @691c9276 (4.5.3-4.8.2)
+EXPORTER_FILE = re.compile(r"^\d+(\.\d+)?$")
+
+
+def run(mapdir: Path, *args: str, script: Path = SCRIPT, **env: str):
+    base = {"PATH": os.environ["PATH"], "DCGM_HPC_JOB_MAPPING_DIR": str(mapdir)}
+    return subprocess.run(
+        [str(script), *args], env={**base, **env}, capture_output=True, text=True, check=False
+    )
+
+
+def exporter_view(mapdir: Path) -> dict[str, list[str]]:
+    """GPU id -> job ids, as dcgm-exporter reads the directory (hpc.go getGPUFiles, readFile)."""
+    if not mapdir.is_dir():
+        return {}
+    return {
+        p.name: p.read_text().splitlines()
+        for p in sorted(mapdir.iterdir())
+        if p.is_file() and EXPORTER_FILE.match(p.name)
+    }
+
+
+def test_the_prolog_maps_each_gpu_of_the_job_to_its_id(tmp_path):
+    proc = run(tmp_path / "map", "prolog", SLURM_JOB_ID="4711", SLURM_JOB_GPUS="0,3")
+    assert proc.returncode == 0, proc.stderr
+    assert exporter_view(tmp_path / "map") == {"0": ["4711"], "3": ["4711"]}
+
+
+def test_the_epilog_removes_the_job_and_leaves_its_gpus_files_empty_never_gone(tmp_path):
+    # dcgm-exporter lists the directory, then opens each file: one removed in between fails the
+    # scrape (hpc.go:80-84 @691c9276), so an emptied file stays, and an empty file adds no label
+    env = {"SLURM_JOB_ID": "4711", "SLURM_JOB_GPUS": "0,3"}
+    run(tmp_path / "map", "prolog", **env)
+    assert run(tmp_path / "map", "epilog", **env).returncode == 0
+    assert exporter_view(tmp_path / "map") == {"0": [], "3": []}
+    assert sorted(p.name for p in (tmp_path / "map").iterdir()) == [".lock", "0", "3"]
+
+
+def test_jobs_sharing_a_gpu_each_keep_their_line(tmp_path):
+    run(tmp_path / "map", "prolog", SLURM_JOB_ID="10", SLURM_JOB_GPUS="1")
+    run(tmp_path / "map", "prolog", SLURM_JOB_ID="11", SLURM_JOB_GPUS="1,2")
+    assert exporter_view(tmp_path / "map") == {"1": ["10", "11"], "2": ["11"]}
+    run(tmp_path / "map", "epilog", SLURM_JOB_ID="10", SLURM_JOB_GPUS="1")
+    assert exporter_view(tmp_path / "map") == {"1": ["11"], "2": ["11"]}
+    run(tmp_path / "map", "epilog", SLURM_JOB_ID="11", SLURM_JOB_GPUS="1,2")
+    assert exporter_view(tmp_path / "map") == {"1": [], "2": []}
+
+
+def test_a_repeated_prolog_or_epilog_changes_nothing_more(tmp_path):
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0"}
+    run(tmp_path / "map", "prolog", **env)
+    run(tmp_path / "map", "prolog", **env)
+    assert exporter_view(tmp_path / "map") == {"0": ["7"]}
+    run(tmp_path / "map", "epilog", **env)
+    assert run(tmp_path / "map", "epilog", **env).returncode == 0
+    assert exporter_view(tmp_path / "map") == {"0": []}
+
+
+def test_cuda_visible_devices_stands_in_when_slurm_job_gpus_is_unset(tmp_path):
+    run(tmp_path / "map", "prolog", SLURM_JOB_ID="8", CUDA_VISIBLE_DEVICES="2,5")
+    assert exporter_view(tmp_path / "map") == {"2": ["8"], "5": ["8"]}
+
+
+def test_a_job_without_gpus_on_the_node_writes_nothing(tmp_path):
+    proc = run(tmp_path / "map", "prolog", SLURM_JOB_ID="9")
+    assert proc.returncode == 0
+    assert not (tmp_path / "map").exists()
+
+
+@pytest.mark.parametrize(
+    ("installed_as", "mode"),
+    [("prolog.d/50-dcgm-job-map", "prolog"), ("epilog.d/50-dcgm-job-map", "epilog")],
+)
+def test_without_arguments_the_mode_comes_from_where_it_is_installed(tmp_path, installed_as, mode):
+    script = tmp_path / "slurm" / installed_as
+    script.parent.mkdir(parents=True)
+    shutil.copy(SCRIPT, script)
+    (tmp_path / "map").mkdir()
+    (tmp_path / "map" / "0").write_text("12\n")
+    run(tmp_path / "map", script=script, SLURM_JOB_ID="12", SLURM_JOB_GPUS="0")
+    assert exporter_view(tmp_path / "map") == ({"0": ["12"]} if mode == "prolog" else {"0": []})
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SLURM_JOB_GPUS": "0"},  # no job id
+        {"SLURM_JOB_ID": "5;rm -rf /", "SLURM_JOB_GPUS": "0"},
+        {"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "MIG-9c8f0b3e-0c5e-5d8a-9a2f-2b6d0f5b7a11"},
+        {"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "../../etc/passwd"},
+    ],
+)
+def test_what_it_cannot_map_it_skips_and_it_never_fails_the_job(tmp_path, env):
+    proc = run(tmp_path / "map", "prolog", **env)
+    assert proc.returncode == 0
+    assert exporter_view(tmp_path / "map") == {}
+
+
+def test_an_unwritable_directory_does_not_fail_the_prolog(tmp_path):
+    (tmp_path / "map").write_text("a file where the directory should be")
+    proc = run(tmp_path / "map", "prolog", SLURM_JOB_ID="5", SLURM_JOB_GPUS="0")
+    assert proc.returncode == 0
+
+
+def test_many_jobs_starting_at_once_on_one_gpu_all_keep_their_line(tmp_path):
+    def start(job: int):
+        return run(tmp_path / "map", "prolog", SLURM_JOB_ID=str(job), SLURM_JOB_GPUS="0,1")
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert all(p.returncode == 0 for p in pool.map(start, range(100, 116)))
+    view = exporter_view(tmp_path / "map")
+    assert sorted(view["0"]) == sorted(view["1"]) == sorted(str(j) for j in range(100, 116))
+    assert [
+        p.name for p in (tmp_path / "map").iterdir() if p.name.startswith(".") and p.name != ".lock"
+    ] == []
