@@ -158,7 +158,8 @@ def _observe_replica(exp: StackExpectation, rep: Replica, fetch: Fetch, obs: _Ob
     data, err = api_data(fetch, f"{rep.url}/api/v1/targets?state=active")
     obs.targets[rep.host] = err if err is not None else active_targets(data)
     if exp.gpus:
-        series, err = query(fetch, rep.url, gpu_query(exp.gpu_metric))
+        started = gauges.get(START) if gauges is not None else None
+        series, err = query(fetch, rep.url, gpu_query(exp.gpu_metric, since=started))
         obs.gpus[rep.host] = err if err is not None else series
 
 

@@ -31,9 +31,17 @@ def presence_metric() -> str:
     return dcgm_fields.FIELDS["DCGM_FI_DEV_GPU_TEMP"].name
 
 
-def gpu_query(metric: str, job: str = "dcgm") -> str:
-    """One series per (node, GPU): bounded by the number of GPUs, whatever the MIG layout."""
-    return f'group by ({NODE_LABEL}, {GPU_LABEL}) ({metric}{{job="{job}"}})'
+def gpu_query(metric: str, since: float | None = None, job: str = "dcgm") -> str:
+    """One series per (node, GPU): bounded by the number of GPUs, whatever the MIG layout.
+
+    ``since`` (the replica's start, epoch seconds) keeps only series sampled since then: a replica
+    that was stopped wrote no staleness markers, so for five minutes after its restart the WAL it
+    replayed still answers with series that its first scrapes no longer return (a GPU that fell
+    off the bus while it was down would still count)."""
+    selector = f'{metric}{{job="{job}"}}'
+    if since is not None:
+        selector = f"timestamp({selector}) >= {since:.3f}"
+    return f"group by ({NODE_LABEL}, {GPU_LABEL}) ({selector})"
 
 
 def gpus_by_node(series: Iterable[Mapping[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:

@@ -134,7 +134,7 @@ def test_the_status_query_gives_one_series_per_node_and_gpu_in_prometheus(row: R
                 ],
                 "promql_expr_test": [
                     {
-                        "expr": gpu_query(presence_metric()),
+                        "expr": gpu_query(presence_metric(), since=0),
                         "eval_time": "0m",
                         "exp_samples": [
                             {"labels": f'{{node="{n}", UUID="{u}"}}', "value": 1}

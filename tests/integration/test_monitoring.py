@@ -532,3 +532,42 @@ def test_a_driver_package_changed_without_a_reboot_fails_status_naming_the_host(
         assert restore.returncode == 0, restore.stdout + restore.stderr
     rc, data = status_json(inventory, "--wait", "120")
     assert rc == 0, not_ok(data)
+
+
+def test_a_gpu_lost_while_a_replica_was_down_is_missing_there_after_its_restart(
+    deployed, mlab, inventory
+):
+    """A stopped replica writes no staleness markers: after its restart the replayed WAL still
+    holds the lost GPU's series for five minutes. Status counts only what the replica sampled
+    since it started, so both replicas report the GPU missing."""
+    replica = hosts_in(mlab, "prometheus")[-1]
+    node = hosts_in(mlab, "gpu")[0].name
+    url = prometheus_urls(mlab)[replica.name]
+    gpus = len(gpu_uuids(mlab, node))
+    assert mlab.ssh(replica.name, "systemctl stop prometheus").returncode == 0
+    try:
+        mlab.fault(node, "gpu-missing", gpu=0)
+    finally:
+        assert mlab.ssh(replica.name, "systemctl start prometheus").returncode == 0
+    try:
+        wait_until(f"{replica.name} ready", lambda: http_fetch(f"{url}/-/ready").status == 200, 120)
+
+        def counted() -> dict[str, Any] | None:
+            _, data = status_json(inventory, "--api-only")
+            row = next(c for c in data["checks"] if c["component"] == "gpus" and c["host"] == node)
+            return row if f"{replica.name} sees" in row["detail"] else None
+
+        # Pending until the restarted replica has scraped the exporter, then counted.
+        row = wait_until(f"{replica.name} counted {node}'s GPUs", counted, 120)
+        assert row["state"] == "failed"
+        assert f"{replica.name} sees {gpus - 1}" in row["detail"], row
+    finally:
+        mlab.heal(node)
+    rc, data = status_json(inventory, "--wait", "180")
+    assert rc == 0, not_ok(data)
+
+
+def gpu_uuids(mlab: Lab, node: str) -> list[str]:
+    proc = mlab.ssh(node, "nvidia-smi --query-gpu=uuid --format=csv,noheader")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()

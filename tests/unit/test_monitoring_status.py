@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import socket
 import threading
 import urllib.parse
@@ -88,6 +89,7 @@ class CannedStack:
             for base in (P1, P2)
         }
         self.gpus = {P1: gpu_series("gpu01", 8), P2: gpu_series("gpu01", 8)}
+        self.sampled: dict[str, float] = {}  # UUID -> time of its last sample (default: just now)
         self.started = {P1: STARTED, P2: STARTED} | {
             f"http://{a}:9093": STARTED for a in AMS.values()
         }
@@ -137,8 +139,17 @@ class CannedStack:
             return ok({"status": "success", "data": {"activeTargets": active}})
         if parts.path == "/api/v1/query":
             query = urllib.parse.parse_qs(parts.query)["query"][0]
-            assert query == 'group by (node, UUID) (DCGM_FI_DEV_GPU_TEMP{job="dcgm"})'
-            result = [{"metric": m, "value": [NOW, "1"]} for m in self.gpus[base]]
+            m = re.fullmatch(
+                r'group by \(node, UUID\) \(timestamp\(DCGM_FI_DEV_GPU_TEMP\{job="dcgm"\}\) >= ([0-9.]+)\)',
+                query,
+            )
+            assert m, query
+            since = float(m.group(1))
+            result = [
+                {"metric": labels, "value": [NOW, "1"]}
+                for labels in self.gpus[base]
+                if self.sampled.get(labels.get("UUID", ""), NOW - 5) >= since
+            ]
             return ok({"status": "success", "data": {"resultType": "vector", "result": result}})
         if parts.path == "/api/v2/status":
             addr = parts.hostname
@@ -337,6 +348,18 @@ def test_missing_gpus_fail_naming_the_replica_and_count(stack):
     checks = run(stack)
     assert failed(checks) == [("gpus", "gpu01", "8 GPUs in the exporter's metrics")]
     assert detail(checks, "gpu01", "8 GPUs in the exporter's metrics") == "prom01 sees 7"
+
+
+def test_gpus_not_sampled_since_the_replica_started_are_not_counted(stack):
+    # A GPU gone while prom02 was stopped: its series, replayed from the WAL, carry no stale
+    # marker, but their last sample is older than prom02's start.
+    stack.started[P2] = NOW - 60
+    stack.sampled["GPU-gpu01-0"] = NOW - 90
+    stack.gpus[P1] = gpu_series("gpu01", 8)[1:]
+    checks = run(stack)
+    assert detail(checks, "gpu01", "8 GPUs in the exporter's metrics") == (
+        "prom01 sees 7; prom02 sees 7"
+    )
 
 
 def test_gpu_series_without_a_uuid_label_fail_and_are_not_counted(stack):
@@ -800,3 +823,35 @@ def test_an_inventory_without_monitoring_hosts_is_an_input_error(tmp_path: Path)
     )
     with pytest.raises(InputError, match="nothing to check"):
         status.load_expectation(inv)
+
+
+# ---------------------------------------------------------------- the command
+
+
+@pytest.mark.parametrize(
+    ("states", "exit_code"),
+    [([OK, OK], 0), ([OK, PENDING], 3), ([PENDING, FAILED], 1)],
+    ids=["green", "only-pending", "failed"],
+)
+def test_the_status_command_exit_code_says_green_pending_or_failed(
+    monkeypatch, tmp_path: Path, states: list[str], exit_code: int
+):
+    from click.testing import CliRunner
+
+    from deployer.cli import cli
+
+    rows = [Check("prometheus", f"prom0{i}", "ready", s, "d") for i, s in enumerate(states)]
+    asked: dict[str, Any] = {}
+
+    def collect_until(exp: Any, fetch: Any, hosts: Any, *, wait_s: float) -> list[Check]:
+        asked.update(hosts=hosts, wait_s=wait_s)
+        return rows
+
+    monkeypatch.setattr(status, "load_expectation", lambda inv, extra: expectation())
+    monkeypatch.setattr(status, "collect_until", collect_until)
+    result = CliRunner().invoke(
+        cli, ["status", "-i", str(tmp_path), "--api-only", "--wait", "7", "--output", "json"]
+    )
+    assert result.exit_code == exit_code, result.output
+    assert asked == {"hosts": None, "wait_s": 7}
+    assert json.loads(result.stdout)["state"] == max(states, key=[OK, PENDING, FAILED].index)
