@@ -6,29 +6,27 @@ running comes from each daemon's HTTP API, fetched from the controller at the in
 addresses (``deployer.status_http``), and from each host over SSH with the engine's own connection
 (host keys verified) and facts: the driver NVML loads on GPU hosts, the files each Prometheus and
 Alertmanager host has on disk. ``collect`` gathers everything once, in parallel, then judges it
-with pure functions, one row (``Check``) per thing checked:
+with pure functions, one row (``Check``, state ok/pending/failed) per thing checked. Each row
+fails, naming the host and the cause, when:
 
-======================  =========================================================================
-component / check       failed when
-======================  =========================================================================
-prometheus ready        ``/-/ready`` does not answer (pending while it answers 503: starting)
-external labels         the replica/cluster labels it loaded are not the inventory's
-rules loaded            a rule file of the pack is not loaded, or a rule fails to evaluate
-loaded config = on disk the last reload failed, or prometheus.yml / a rule file changed on disk
-                        after the config it runs was loaded (a reload owed)
-scraping job J          an expected target of job J is down or missing (pending: not scraped
-                        yet since the replica or the target daemon started; status_scrape.py)
-* labels distinct       two replicas share external labels
-* same rules            two replicas evaluate different rule groups or rules
-gpus N GPUs             a replica sees another number of distinct GPU UUIDs for the node
-alertmanager cluster    the cluster is not ready or a peer is missing (pending: settling)
-loaded config = on disk the config it runs is not alertmanager.yml on disk (by MD5), or a
-                        template changed since
-* same config           the peers run different configs
-driver NVML             nvidia-smi cannot initialise NVML (version mismatch: reboot owed), or the
-                        loaded kernel module is not the installed driver
-thanos ready / stores   a Thanos component does not answer, or a sidecar is not a store
-======================  =========================================================================
+- prometheus ``ready``: ``/-/ready`` does not answer (pending while it answers 503: starting);
+- ``external labels``: the replica/cluster labels it loaded are not the inventory's;
+- ``rules loaded``: a rule file of the pack is not loaded, or a rule fails to evaluate;
+- ``loaded config = on disk``: the last reload failed, or prometheus.yml or a rule file changed
+  on disk after the config it runs was loaded (a reload owed; status_loaded.py);
+- ``scraping job J``: an expected target of job J is down or missing (pending: not scraped yet
+  since the replica or the target daemon started; status_scrape.py);
+- ``*`` ``external labels distinct`` / ``replicas evaluate the same rules``: two replicas share
+  external labels / evaluate different rule groups or rules;
+- gpus ``N GPUs in the exporter's metrics``: a replica sampled another number of distinct GPU
+  UUIDs for the node since it started (status_gpus.py);
+- alertmanager ``cluster ready with every peer``: not ready or a peer missing (pending: settling);
+  ``loaded config = on disk``: the config it runs is not alertmanager.yml on disk (by MD5), or a
+  template changed since; ``*`` ``peers run the same config``;
+- driver ``NVML: loaded driver = installed``: nvidia-smi cannot initialise NVML (version
+  mismatch: reboot owed), or the loaded kernel module is not the installed driver
+  (status_driver.py);
+- thanos ``ready`` / ``every sidecar a store``.
 
 ``collect`` takes the fetch function and the host opener as arguments, so the tables are tested
 on canned answers (tests/unit/test_monitoring_status.py, tests/contract/test_status_*.py) and run
