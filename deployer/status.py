@@ -169,50 +169,65 @@ def _observe_alertmanager(peer: Peer, fetch: Fetch, obs: _Obs) -> None:
         obs.gauges[peer.url] = gauges if gerr is None else gerr
 
 
-def _on_host(hosts: Opener, host: str, command: str) -> tuple[str | None, str | None]:
-    """stdout of a read-only command on ``host``, or None and why not (never raising)."""
-    try:
-        result = hosts(host).run(command)
-    except Exception as exc:  # unreachable, host key refused, a dropped session
-        return None, str(exc) or type(exc).__name__
+def _on_host(conn: Connection, command: str) -> tuple[str | None, str | None]:
+    """stdout of a read-only command, or None and why not; an exception is left to the caller."""
+    result = conn.run(command)
     if not result.ok:
         tail = (result.stderr or result.stdout).strip().splitlines()
         return None, f"exit {result.rc}: {tail[-1] if tail else ''}"
     return result.stdout, None
 
 
-def _observe_prometheus_host(rep: Replica, hosts: Opener, obs: _Obs) -> None:
-    out, err = _on_host(hosts, rep.host, mtimes_command([rep.config_file, rep.rule_files]))
-    obs.prom_disk[rep.host] = (parse_mtimes(out) if out is not None else None, err)
-
-
-def _observe_alertmanager_host(peer: Peer, hosts: Opener, obs: _Obs) -> None:
-    out, err = _on_host(hosts, peer.host, alertmanager_command(peer.config_file, peer.templates))
-    obs.am_disk[peer.host] = (parse_alertmanager(out) if out is not None else None, err)
-
-
-def _observe_gpu_host(host: str, hosts: Opener, obs: _Obs) -> None:
+def _observe_host(
+    host: str,
+    replica: Replica | None,
+    peer: Peer | None,
+    gpu: bool,
+    hosts: Opener,
+    obs: _Obs,
+) -> None:
+    """Every read-only command status runs on ``host``, one after the other on its one pooled
+    connection. A connection that failed is closed, so the next round (``--wait``) opens a new
+    one instead of failing on a dead session until the end."""
+    conn: Connection | None = None
     try:
-        obs.facts[host] = (gather(hosts(host)), None)
-    except Exception as exc:
-        obs.facts[host] = (None, str(exc) or type(exc).__name__)
+        conn = hosts(host)
+        if replica is not None:
+            out, err = _on_host(conn, mtimes_command([replica.config_file, replica.rule_files]))
+            obs.prom_disk[host] = (parse_mtimes(out) if out is not None else None, err)
+        if peer is not None:
+            out, err = _on_host(conn, alertmanager_command(peer.config_file, peer.templates))
+            obs.am_disk[host] = (parse_alertmanager(out) if out is not None else None, err)
+        if gpu:
+            obs.facts[host] = (gather(conn), None)
+    except Exception as exc:  # unreachable, host key refused, a dropped session
+        why = str(exc) or type(exc).__name__
+        if replica is not None:
+            obs.prom_disk.setdefault(host, (None, why))
+        if peer is not None:
+            obs.am_disk.setdefault(host, (None, why))
+        if gpu:
+            obs.facts.setdefault(host, (None, why))
+        if conn is not None:
+            conn.close()
 
 
 def _observe(
     exp: StackExpectation, fetch: Fetch, hosts: Opener | None, workers: int, forks: int
 ) -> _Obs:
     """One round: the HTTP answers (``workers`` at a time) and the hosts' read-only commands
-    (``forks`` at a time, as ``up`` connects) at once."""
+    (``forks`` hosts at a time, as ``up`` connects) at once."""
     obs = _Obs()
+    replicas = {r.host: r for r in exp.replicas}
+    peers = {p.host: p for p in exp.alertmanagers}
+    gpu_hosts = set(exp.gpu_hosts)
     with ThreadPoolExecutor(max_workers=workers) as api, ThreadPoolExecutor(forks) as ssh:
         jobs = [api.submit(_observe_replica, exp, r, fetch, obs) for r in exp.replicas]
         jobs += [api.submit(_observe_alertmanager, p, fetch, obs) for p in exp.alertmanagers]
         if hosts is not None:
-            jobs += [ssh.submit(_observe_prometheus_host, r, hosts, obs) for r in exp.replicas]
-            jobs += [
-                ssh.submit(_observe_alertmanager_host, p, hosts, obs) for p in exp.alertmanagers
-            ]
-            jobs += [ssh.submit(_observe_gpu_host, h, hosts, obs) for h in exp.gpu_hosts]
+            for h in dict.fromkeys([*exp.gpu_hosts, *replicas, *peers]):
+                args = (h, replicas.get(h), peers.get(h), h in gpu_hosts, hosts, obs)
+                jobs.append(ssh.submit(_observe_host, *args))
         for j in jobs:
             j.result()
     return obs

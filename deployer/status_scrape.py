@@ -15,8 +15,9 @@ What cannot have been scraped yet is *pending*, not failed:
 - a target the replica has not scraped since it started (``health: unknown``);
 - an expected target not yet among the replica's targets while the replica is younger than the
   discovery grace (file_sd is read at start, then handed to the scrape loops within seconds);
-- a target that is itself a daemon of the stack (a Prometheus or an Alertmanager) and restarted
-  after this replica's last attempt failed: its "down" dates from before its start.
+- a target that is itself a daemon of the stack (a Prometheus or an Alertmanager) that answers
+  now and restarted after this replica's last attempt failed, or so shortly before it
+  (``DAEMON_STARTUP_S``) that it was still starting: its "down" dates from before it listened.
 Everything else that is not "up" fails, with the replica's own last error.
 """
 
@@ -32,6 +33,9 @@ from deployer.status_model import FAILED, OK, PENDING, Check, clock, parse_time,
 
 DEFAULT_INTERVAL_S = 15.0
 MIN_DISCOVERY_GRACE_S = 60.0
+# A daemon of the stack that answers now may have refused scrapes for a while after its process
+# started (the Go runtime, flags, then the listener: seconds on a loaded host).
+DAEMON_STARTUP_S = 30.0
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 _HEALTH_RANK = {"up": 0, "unknown": 1, "down": 2}
@@ -108,9 +112,12 @@ def judge(
         since = f" since the replica started {clock(replica_start)}" if replica_start else ""
         return Verdict(PENDING, f"{name} not scraped yet{since}")
     started = daemon_starts.get(target.instance)
-    if started is not None and (t.last_scrape is None or t.last_scrape < started):
+    if started is not None and (
+        t.last_scrape is None or t.last_scrape < started + DAEMON_STARTUP_S
+    ):
         return Verdict(
-            PENDING, f"{name} restarted {clock(started)}, not scraped since ({t.last_error})"
+            PENDING,
+            f"{name} restarted {clock(started)}, not scraped since it came up ({t.last_error})",
         )
     return Verdict(FAILED, f"{name} down: {t.last_error or 'no error given'}")
 

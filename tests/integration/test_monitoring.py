@@ -123,7 +123,8 @@ def prometheus_urls(mlab: Lab) -> dict[str, str]:
 
 
 def status_json(inventory: Path, *extra: str) -> tuple[int, dict[str, Any]]:
-    proc = gpumon("status", "-i", str(inventory), "--output", "json", *extra, timeout=120)
+    wait = int(extra[extra.index("--wait") + 1]) if "--wait" in extra else 0
+    proc = gpumon("status", "-i", str(inventory), "--output", "json", *extra, timeout=120 + wait)
     assert proc.stdout.strip(), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
@@ -145,6 +146,15 @@ def wait_green(inventory: Path, timeout: float = 120) -> dict[str, Any]:
 def not_ok(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return [
         (c["component"], c["host"], c["check"], c["state"]) for c in data["checks"] if not c["ok"]
+    ]
+
+
+def why(data: dict[str, Any]) -> list[str]:
+    """The rows not ok, with their details (for assertion messages)."""
+    return [
+        f"{c['state']} {c['component']} {c['host']} {c['check']}: {c['detail']}"
+        for c in data["checks"]
+        if not c["ok"]
     ]
 
 
@@ -405,13 +415,13 @@ def test_stopped_replica_fails_status_naming_it_then_green_again(deployed, mlab,
     wait_until(f"{replica.name} ready", lambda: http_fetch(f"{url}/-/ready").status == 200, 120)
     # Just started: what it has not scraped since its start is pending, nothing is failed.
     rc, data = status_json(inventory)
-    assert rc in (0, 3) and data["failed"] == [], not_ok(data)
+    assert rc in (0, 3) and data["failed"] == [], why(data)
     # ... and every pending row is about the replica that restarted (its own rows, the other's
     # scrape of it, the GPUs it has not sampled yet).
-    assert all(replica.name in c["host"] + c["detail"] for c in data["pending"]), not_ok(data)
+    assert all(replica.name in c["host"] + c["detail"] for c in data["pending"]), why(data)
     # --wait: the same command waits (bounded) until the replica has scraped everything.
     rc, data = status_json(inventory, "--wait", "180")
-    assert rc == 0, not_ok(data)
+    assert rc == 0, why(data)
 
 
 RULE_CHANGE = "prometheus_rules_gpu_temp_warning_celsius=84"  # valid, and different
@@ -431,7 +441,7 @@ def test_a_reload_lost_by_a_failed_run_fails_status_naming_the_replica(
         proc = gpumon("up", "-i", str(inventory), "--output", "json", *stack_vars, *bad)
         assert proc.returncode == 1, proc.stderr[-3000:]
         rc, data = status_json(inventory)
-        assert rc == 1, not_ok(data)
+        assert rc == 1, why(data)
         failed = {(c["component"], c["host"], c["check"]): c["detail"] for c in data["failed"]}
         owed = failed.get(("prometheus", first, "loaded config = on disk"), "")
         differ = failed.get(("prometheus", "*", "replicas evaluate the same rules"), "")
@@ -458,7 +468,7 @@ def test_a_rule_file_edited_on_one_replica_then_reloaded_fails_until_up(
         assert rc == 1
         assert [c for c in not_ok(data) if c[3] == "failed"] == [
             ("prometheus", first.name, "loaded config = on disk", "failed")
-        ], not_ok(data)
+        ], why(data)
         detail = next(c["detail"] for c in data["failed"])
         assert detail.startswith(f"reload owed: {rules} changed on disk after"), detail
         reload = mlab.ssh(first.name, "curl -fsS -X POST http://127.0.0.1:9090/-/reload")
@@ -467,7 +477,7 @@ def test_a_rule_file_edited_on_one_replica_then_reloaded_fails_until_up(
         assert rc == 1
         assert [c for c in not_ok(data) if c[3] == "failed"] == [
             ("prometheus", "*", "replicas evaluate the same rules", "failed")
-        ], not_ok(data)
+        ], why(data)
         assert "differ: gpu-alerts.yml:" in data["failed"][0]["detail"]
     finally:
         proc = gpumon("up", "-i", str(inventory), *stack_vars)
@@ -533,7 +543,7 @@ def test_a_driver_package_changed_without_a_reboot_fails_status_naming_the_host(
         )
         assert restore.returncode == 0, restore.stdout + restore.stderr
     rc, data = status_json(inventory, "--wait", "120")
-    assert rc == 0, not_ok(data)
+    assert rc == 0, why(data)
 
 
 def test_a_gpu_lost_while_a_replica_was_down_is_missing_there_after_its_restart(
@@ -566,7 +576,7 @@ def test_a_gpu_lost_while_a_replica_was_down_is_missing_there_after_its_restart(
     finally:
         mlab.heal(node)
     rc, data = status_json(inventory, "--wait", "180")
-    assert rc == 0, not_ok(data)
+    assert rc == 0, why(data)
 
 
 def gpu_uuids(mlab: Lab, node: str) -> list[str]:

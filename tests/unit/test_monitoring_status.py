@@ -419,8 +419,15 @@ def test_a_restarted_daemon_seen_down_before_its_start_is_pending(stack):
     )
 
 
-def test_a_daemon_still_down_after_its_start_fails(stack):
-    stack.started[P2] = NOW - 30
+def test_a_daemon_seen_down_while_it_was_still_starting_is_pending(stack):
+    stack.started[P2] = NOW - 20
+    stack.targets[P1][("prometheus", "10.0.0.22:9090")] = ("down", NOW - 19, "connection refused")
+    checks = run(stack)
+    assert ("prometheus", "prom01", "scraping job prometheus") in pending(checks)
+
+
+def test_a_daemon_still_down_well_after_its_start_fails(stack):
+    stack.started[P2] = NOW - 120
     stack.targets[P1][("prometheus", "10.0.0.22:9090")] = ("down", NOW - 3, "connection refused")
     checks = run(stack)
     assert ("prometheus", "prom01", "scraping job prometheus") in failed(checks)
@@ -576,6 +583,38 @@ def test_alertmanagers_running_different_configs_fail(stack):
     assert detail(checks, "*", "peers run the same config") == (
         "different configs loaded: prom01+prom02 vs mon01"
     )
+
+
+class DeadSession:
+    """A pooled connection whose session died: every command fails until it is closed."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.closed = name, False
+
+    def run(self, command: str, **kw: Any) -> Any:
+        raise HostUnreachable(f"{self.name}: connection lost")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_dead_ssh_session_is_closed_so_the_next_round_reconnects(stack, hosts):
+    from deployer.connection import ConnectionPool
+
+    opened: list[str] = []
+
+    def opener(host: str) -> Any:
+        opened.append(host)
+        return DeadSession(host) if opened.count(host) == 1 and host == "prom02" else hosts(host)
+
+    pool = ConnectionPool(opener)
+    clock = iter(range(0, 1000, 5))
+    checks = status.collect_until(
+        expectation(), stack, pool.get, wait_s=60, now=lambda: NOW, sleep=lambda s: None,
+        monotonic=lambda: next(clock),
+    )  # fmt: skip
+    assert status.overall(checks) == OK
+    assert opened.count("prom02") == 2 and opened.count("prom01") == 1
 
 
 def test_api_only_reads_no_host_and_says_so(stack):
