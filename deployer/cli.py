@@ -330,20 +330,54 @@ def targets(inventory: Path, limit: str | None, extra_vars: tuple[str, ...], out
 @cli.command()
 @click.option("-i", "--inventory", "inventory", required=True, type=click.Path(path_type=Path))
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="KEY=VALUE|@FILE|JSON")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Check again every 5 s until every check is ok, for at most SECONDS; report the last round.",
+)
+@click.option(
+    "--api-only",
+    is_flag=True,
+    help="Only the HTTP APIs: no SSH (skips the driver/NVML check of GPU hosts and the "
+    "loaded-vs-on-disk check of Prometheus and Alertmanager).",
+)
 @output_option
 @input_errors_exit_2
-def status(inventory: Path, extra_vars: tuple[str, ...], output: str) -> None:
-    """Check the running monitoring stack through its HTTP APIs; exit 1 naming what is wrong."""
+def status(
+    inventory: Path, extra_vars: tuple[str, ...], wait_s: int, api_only: bool, output: str
+) -> None:
+    """Check the running monitoring stack through its APIs and, read-only over SSH, its hosts.
+
+    Exit status: 0 every check ok; 1 a check failed (each named on stderr); 3 nothing failed but
+    something is still pending (a replica that just started has not scraped everything yet): run
+    again, or use --wait.
+    """
     from deployer import status as stack
 
-    checks = stack.collect(stack.load_expectation(inventory, list(extra_vars)), stack.http_fetch)
+    exp = stack.load_expectation(inventory, list(extra_vars))
+    pool = None if api_only else stack.open_hosts(exp)
+    try:
+        checks = stack.collect_until(
+            exp, stack.http_fetch, pool.get if pool is not None else None, wait_s=wait_s
+        )
+    finally:
+        if pool is not None:
+            pool.close_all()
     if output == "json":
         click.echo(json.dumps(stack.to_json(checks), indent=2))
     else:
         click.echo(stack.table(checks))
     for c in stack.failures(checks):
         click.echo(f"FAILED {c.component} {c.host}: {c.check}: {c.detail}", err=True)
-    sys.exit(EXIT_FAILED if stack.failures(checks) else EXIT_OK)
+    for c in stack.pending(checks):
+        click.echo(f"PENDING {c.component} {c.host}: {c.check}: {c.detail}", err=True)
+    if stack.failures(checks):
+        sys.exit(EXIT_FAILED)
+    sys.exit(stack.EXIT_PENDING if stack.pending(checks) else EXIT_OK)
 
 
 @cli.command("upgrade-driver")

@@ -1,20 +1,42 @@
-"""``gpumon-deploy status``: the running monitoring stack checked through its HTTP APIs.
+"""``gpumon-deploy status``: the running monitoring stack checked through its APIs and, read-only,
+on its hosts.
 
-What should be running comes from the inventory and the roles' variables (``expect``); what is
-running comes from the APIs (``collect``), fetched from the controller, only at the inventory
-hosts' addresses. The result is one list of checks (one table); any failed check makes the
-command exit 1 and names the host and what is wrong.
+What should be running comes from the inventory and the roles' variables (``expect``). What is
+running comes from each daemon's HTTP API, fetched from the controller at the inventory hosts'
+addresses (``deployer.status_http``), and from each host over SSH with the engine's own connection
+(host keys verified) and facts: the driver NVML loads on GPU hosts, the files each Prometheus and
+Alertmanager host has on disk. ``collect`` gathers everything once, in parallel, then judges it
+with pure functions, one row (``Check``, state ok/pending/failed) per thing checked. Each row
+fails, naming the host and the cause, when:
 
-``collect`` takes the fetch function as an argument, so the table logic is tested on canned API
-answers (tests/unit/test_monitoring_status.py) and run for real against the lab.
+- prometheus ``ready``: ``/-/ready`` does not answer (pending while it answers 503: starting);
+- ``external labels``: the replica/cluster labels it loaded are not the inventory's;
+- ``rules loaded``: a rule file of the pack is not loaded, or a rule fails to evaluate;
+- ``loaded config = on disk``: the last reload failed, or prometheus.yml or a rule file changed
+  on disk after the config it runs was loaded (a reload owed; status_loaded.py);
+- ``scraping job J``: an expected target of job J is down or missing (pending: not scraped yet
+  since the replica or the target daemon started; status_scrape.py);
+- ``*`` ``external labels distinct`` / ``replicas evaluate the same rules``: two replicas share
+  external labels / evaluate different rule groups or rules;
+- gpus ``N GPUs in the exporter's metrics``: a replica sampled another number of distinct GPU
+  UUIDs for the node since it started (status_gpus.py);
+- alertmanager ``cluster ready with every peer``: not ready or a peer missing (pending: settling);
+  ``loaded config = on disk``: the config it runs is not alertmanager.yml on disk (by MD5), or a
+  template changed since; ``*`` ``peers run the same config``;
+- driver ``NVML: loaded driver = installed``: nvidia-smi cannot initialise NVML (version
+  mismatch: reboot owed), or the loaded kernel module is not the installed driver
+  (status_driver.py);
+- thanos ``ready`` / ``every sidecar a store``.
+
+``collect`` takes the fetch function and the host opener as arguments, so the tables are tested
+on canned answers (tests/unit/test_monitoring_status.py, tests/contract/test_status_*.py) and run
+for real against the lab (tests/integration/test_monitoring.py).
 """
 
 from __future__ import annotations
 
-import json
-import urllib.error
+import time
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -23,197 +45,234 @@ from typing import Any
 
 import yaml
 
-from deployer import file_sd
-from deployer.errors import InputError
-from deployer.file_sd import Target, truthy
+from deployer.connection import Connection, ConnectionPool, SSHConnection
+from deployer.executor import DEFAULT_FORKS
+from deployer.facts import HostFacts, gather
+from deployer.status_driver import driver_check
+from deployer.status_expect import (
+    Endpoint,
+    Peer,
+    Replica,
+    StackExpectation,
+    expect,
+    load_expectation,
+)
+from deployer.status_gpus import gpu_query, gpus_by_node
+from deployer.status_http import (
+    HTTP_TIMEOUT_S,
+    Fetch,
+    Response,
+    api_data,
+    get_json,
+    http_fetch,
+    query,
+    self_gauges,
+)
+from deployer.status_loaded import (
+    ALERTMANAGER_GAUGES,
+    AM_HASH,
+    PROMETHEUS_GAUGES,
+    START,
+    AlertmanagerDisk,
+    alertmanager_check,
+    alertmanager_command,
+    mtimes_command,
+    parse_alertmanager,
+    parse_mtimes,
+    prometheus_check,
+    rule_set,
+    same_alertmanager_config_check,
+    same_rules_check,
+)
+from deployer.status_model import FAILED, OK, PENDING, Check, clock, parse_time, worst
+from deployer.status_scrape import active_targets, scrape_checks
+
+__all__ = [
+    "HTTP_TIMEOUT_S",
+    "Check",
+    "Endpoint",
+    "Fetch",
+    "Peer",
+    "Replica",
+    "Response",
+    "StackExpectation",
+    "collect",
+    "collect_until",
+    "expect",
+    "http_fetch",
+    "load_expectation",
+]
 
 RULE_FILES = ("gpu-alerts.yml", "gpu-recording.yml", "meta-alerts.yml")
-HTTP_TIMEOUT_S = 5.0
+EXIT_PENDING = 3  # nothing failed, something still pending (see the status command's help)
+WAIT_EVERY_S = 5.0
+SETTLE_GRACE_S = 60.0  # an Alertmanager younger than this may still be joining its peers
+
+Opener = Callable[[str], Connection]
 
 
-@dataclass(frozen=True)
-class Response:
-    """One HTTP answer (status 0 and ``error`` set when there was no answer at all)."""
-
-    status: int
-    body: str = ""
-    error: str | None = None
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-Fetch = Callable[[str], Response]
-
-
-@dataclass(frozen=True)
-class Replica:
-    host: str
-    url: str  # http://address:port
-    replica: str
-    cluster: str
-    replica_label: str
-    cluster_label: str
-
-
-@dataclass(frozen=True)
-class Peer:
-    host: str
-    url: str
-    cluster_address: str  # the advertise address:port the other peers know it by
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    host: str
-    url: str
+# ---------------------------------------------------------------- observing (I/O, in parallel)
 
 
 @dataclass
-class StackExpectation:
-    """What the inventory says should be running."""
+class _Obs:
+    """What one round saw: raw answers, judged afterwards."""
 
-    replicas: list[Replica] = field(default_factory=list)
-    alertmanagers: list[Peer] = field(default_factory=list)
-    targets: list[Target] = field(default_factory=list)
-    gpus: dict[str, int] = field(default_factory=dict)
-    gpu_metric: str = "DCGM_FI_DEV_GPU_TEMP"
-    thanos_active: bool = False
-    thanos_sidecars: list[Endpoint] = field(default_factory=list)
-    thanos_queries: list[Endpoint] = field(default_factory=list)
-    thanos_stores: list[str] = field(default_factory=list)  # sidecar gRPC host:port
-
-
-@dataclass(frozen=True)
-class Check:
-    component: str
-    host: str
-    check: str
-    ok: bool
-    detail: str = ""
+    ready: dict[str, tuple[str, str]] = field(default_factory=dict)  # replica -> (state, detail)
+    gauges: dict[str, dict[str, float] | str] = field(default_factory=dict)  # url -> gauges | err
+    config: dict[str, Any] = field(default_factory=dict)  # replica -> loaded config | err str
+    rules: dict[str, Any] = field(default_factory=dict)  # replica -> groups | err str
+    targets: dict[str, Any] = field(default_factory=dict)  # replica -> targets data | err str
+    gpus: dict[str, Any] = field(default_factory=dict)  # replica -> vector | err str
+    am_status: dict[str, Any] = field(default_factory=dict)  # peer -> status | err str
+    prom_disk: dict[str, tuple[list[tuple[float, str]] | None, str | None]] = field(
+        default_factory=dict
+    )
+    am_disk: dict[str, tuple[AlertmanagerDisk | None, str | None]] = field(default_factory=dict)
+    facts: dict[str, tuple[HostFacts | None, str | None]] = field(default_factory=dict)
 
 
-# ---------------------------------------------------------------- expectation from the inventory
-
-
-def expect(
-    prometheus_vars: Mapping[str, Mapping[str, Any]],
-    alertmanager_vars: Mapping[str, Mapping[str, Any]],
-    query_vars: Mapping[str, Mapping[str, Any]],
-) -> StackExpectation:
-    """The expected stack from each role host's resolved variables (role defaults included):
-    ``prometheus_vars[host]`` for the hosts of the Prometheus play, and so on."""
-    exp = StackExpectation()
-    first: Mapping[str, Any] | None = None
-    for host, v in prometheus_vars.items():
-        first = first or v
-        address = str(v.get("ansible_host", host))
-        exp.replicas.append(
-            Replica(
-                host=host,
-                url=f"http://{address}:{v['prometheus_port']}",
-                replica=str(v["prometheus_replica"]),
-                cluster=str(v["prometheus_cluster"]),
-                replica_label=str(v["prometheus_replica_label"]),
-                cluster_label=str(v["prometheus_cluster_label"]),
-            )
-        )
-        if truthy(v["prometheus_thanos_sidecar"]):
-            exp.thanos_active = True
-            exp.thanos_sidecars.append(
-                Endpoint(host, f"http://{address}:{v['prometheus_thanos_sidecar_http_port']}")
-            )
-            exp.thanos_stores.append(f"{address}:{v.get('thanos_sidecar_grpc_port', 10901)}")
-    if first is not None:
-        exp.targets = file_sd.expected_targets(first)
-        hostvars = first["hostvars"]
-        for node in file_sd.members(first, [first["prometheus_gpu_group"]]):
-            count = hostvars[node].get("gpu_count")
-            if count is not None:
-                exp.gpus[node] = int(count)
-    for host, v in alertmanager_vars.items():
-        address = str(v.get("ansible_host", host))
-        exp.alertmanagers.append(
-            Peer(
-                host=host,
-                url=f"http://{address}:{v['alertmanager_port']}",
-                cluster_address=f"{v['alertmanager_advertise_address']}:{v['alertmanager_cluster_port']}",
-            )
-        )
-    for host, v in query_vars.items():
-        if truthy(v["thanos_active"]):
-            exp.thanos_active = True
-            address = str(v.get("ansible_host", host))
-            exp.thanos_queries.append(
-                Endpoint(host, f"http://{address}:{v['thanos_query_http_port']}")
-            )
-    return exp
-
-
-# ---------------------------------------------------------------- the checks
-
-
-def _get_json(fetch: Fetch, url: str) -> tuple[Any, str | None]:
-    r = fetch(url)
-    if r.error is not None:
-        return None, r.error
-    if r.status != 200:
-        return None, f"HTTP {r.status} from {url}"
-    try:
-        return r.json(), None
-    except ValueError:
-        return None, f"not JSON from {url}"
-
-
-def _query(fetch: Fetch, base: str, promql: str) -> tuple[list[dict[str, Any]] | None, str | None]:
-    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
-    data, err = _get_json(fetch, url)
-    if err is not None:
-        return None, err
-    if data.get("status") != "success":
-        return None, f"query {promql!r} failed: {data.get('error', data)}"
-    return data["data"]["result"], None
-
-
-def _ready(fetch: Fetch, url: str) -> tuple[bool, str]:
+def _ready(fetch: Fetch, url: str) -> tuple[str, str]:
     r = fetch(f"{url}/-/ready")
     if r.error is not None:
-        return False, r.error
-    return r.status == 200, "" if r.status == 200 else f"/-/ready answered HTTP {r.status}"
+        return FAILED, r.error
+    if r.status == 200:
+        return OK, f"{url}/-/ready"
+    if r.status == 503:
+        return PENDING, f"starting: {url}/-/ready answered HTTP 503 ({r.body.strip()[:80]})"
+    return FAILED, f"/-/ready answered HTTP {r.status}"
 
 
-@dataclass
-class _ReplicaResult:
-    checks: list[Check]
-    ready: bool
-    labels: dict[str, str] | None = None
-    gpus: dict[str, int] | None = None
+def _observe_replica(exp: StackExpectation, rep: Replica, fetch: Fetch, obs: _Obs) -> None:
+    obs.ready[rep.host] = _ready(fetch, rep.url)
+    if obs.ready[rep.host][0] != OK:
+        return
+    gauges, err = self_gauges(fetch, rep.url, PROMETHEUS_GAUGES)
+    obs.gauges[rep.url] = gauges if err is None else err
+    data, err = api_data(fetch, f"{rep.url}/api/v1/status/config")
+    obs.config[rep.host] = err if err is not None else (yaml.safe_load(data["yaml"]) or {})
+    data, err = api_data(fetch, f"{rep.url}/api/v1/rules")
+    obs.rules[rep.host] = err if err is not None else list(data.get("groups") or [])
+    data, err = api_data(fetch, f"{rep.url}/api/v1/targets?state=active")
+    obs.targets[rep.host] = err if err is not None else active_targets(data)
+    if exp.gpus:
+        started = gauges.get(START) if gauges is not None else None
+        series, err = query(fetch, rep.url, gpu_query(exp.gpu_metric, since=started))
+        obs.gpus[rep.host] = err if err is not None else series
 
 
-def check_replica(exp: StackExpectation, rep: Replica, fetch: Fetch) -> _ReplicaResult:
-    comp = "prometheus"
-    ok, why = _ready(fetch, rep.url)
-    checks = [Check(comp, rep.host, "ready", ok, why or f"{rep.url}/-/ready")]
-    if not ok:
-        return _ReplicaResult(checks, ready=False)
-    result = _ReplicaResult(checks, ready=True)
-
-    # external labels, from the config the replica actually loaded
-    data, err = _get_json(fetch, f"{rep.url}/api/v1/status/config")
+def _observe_alertmanager(peer: Peer, fetch: Fetch, obs: _Obs) -> None:
+    data, err = get_json(fetch, f"{peer.url}/api/v2/status")
+    obs.am_status[peer.host] = err if err is not None else data
     if err is None:
-        loaded = yaml.safe_load(data["data"]["yaml"]) or {}
-        labels = {
-            str(k): str(v)
-            for k, v in ((loaded.get("global") or {}).get("external_labels") or {}).items()
-        }
-        result.labels = labels
+        gauges, gerr = self_gauges(fetch, peer.url, ALERTMANAGER_GAUGES)
+        obs.gauges[peer.url] = gauges if gerr is None else gerr
+
+
+def _on_host(conn: Connection, command: str) -> tuple[str | None, str | None]:
+    """stdout of a read-only command, or None and why not; an exception is left to the caller."""
+    result = conn.run(command)
+    if not result.ok:
+        tail = (result.stderr or result.stdout).strip().splitlines()
+        return None, f"exit {result.rc}: {tail[-1] if tail else ''}"
+    return result.stdout, None
+
+
+def _observe_host(
+    host: str,
+    replica: Replica | None,
+    peer: Peer | None,
+    gpu: bool,
+    hosts: Opener,
+    obs: _Obs,
+) -> None:
+    """Every read-only command status runs on ``host``, one after the other on its one pooled
+    connection. A connection that failed is closed, so the next round (``--wait``) opens a new
+    one instead of failing on a dead session until the end."""
+    conn: Connection | None = None
+    try:
+        conn = hosts(host)
+        if replica is not None:
+            out, err = _on_host(conn, mtimes_command([replica.config_file, replica.rule_files]))
+            obs.prom_disk[host] = (parse_mtimes(out) if out is not None else None, err)
+        if peer is not None:
+            out, err = _on_host(conn, alertmanager_command(peer.config_file, peer.templates))
+            obs.am_disk[host] = (parse_alertmanager(out) if out is not None else None, err)
+        if gpu:
+            obs.facts[host] = (gather(conn), None)
+    except Exception as exc:  # unreachable, host key refused, a dropped session
+        why = str(exc) or type(exc).__name__
+        if replica is not None:
+            obs.prom_disk.setdefault(host, (None, why))
+        if peer is not None:
+            obs.am_disk.setdefault(host, (None, why))
+        if gpu:
+            obs.facts.setdefault(host, (None, why))
+        if conn is not None:
+            conn.close()
+
+
+def _observe(
+    exp: StackExpectation, fetch: Fetch, hosts: Opener | None, workers: int, forks: int
+) -> _Obs:
+    """One round: the HTTP answers (``workers`` at a time) and the hosts' read-only commands
+    (``forks`` hosts at a time, as ``up`` connects) at once."""
+    obs = _Obs()
+    replicas = {r.host: r for r in exp.replicas}
+    peers = {p.host: p for p in exp.alertmanagers}
+    gpu_hosts = set(exp.gpu_hosts)
+    with ThreadPoolExecutor(max_workers=workers) as api, ThreadPoolExecutor(forks) as ssh:
+        jobs = [api.submit(_observe_replica, exp, r, fetch, obs) for r in exp.replicas]
+        jobs += [api.submit(_observe_alertmanager, p, fetch, obs) for p in exp.alertmanagers]
+        if hosts is not None:
+            for h in dict.fromkeys([*exp.gpu_hosts, *replicas, *peers]):
+                args = (h, replicas.get(h), peers.get(h), h in gpu_hosts, hosts, obs)
+                jobs.append(ssh.submit(_observe_host, *args))
+        for j in jobs:
+            j.result()
+    return obs
+
+
+# ---------------------------------------------------------------- judging (pure)
+
+
+def _gauges(obs: _Obs, url: str) -> dict[str, float]:
+    g = obs.gauges.get(url)
+    return g if isinstance(g, dict) else {}
+
+
+def _netloc(url: str) -> str:
+    return urllib.parse.urlsplit(url).netloc
+
+
+def _replica_checks(
+    exp: StackExpectation,
+    rep: Replica,
+    obs: _Obs,
+    starts: Mapping[str, float],
+    now: float,
+    with_hosts: bool,
+) -> tuple[list[Check], dict[tuple[str, str], str], dict[str, str] | None]:
+    comp = "prometheus"
+    state, detail = obs.ready[rep.host]
+    checks = [Check(comp, rep.host, "ready", state, detail)]
+    if state != OK:
+        return checks, {}, None
+
+    labels: dict[str, str] | None = None
+    loaded = obs.config[rep.host]
+    if isinstance(loaded, str):
+        checks.append(Check(comp, rep.host, "external labels", FAILED, loaded))
+    else:
+        ext = (loaded.get("global") or {}).get("external_labels") or {}
+        labels = {str(k): str(v) for k, v in ext.items()}
         wrong = [
             f"{name}={labels.get(name)!r} (want {want!r})"
             for name, want in ((rep.replica_label, rep.replica), (rep.cluster_label, rep.cluster))
             if labels.get(name) != want
         ]
         checks.append(
-            Check(
+            Check.of(
                 comp,
                 rep.host,
                 "external labels",
@@ -221,151 +280,264 @@ def check_replica(exp: StackExpectation, rep: Replica, fetch: Fetch) -> _Replica
                 "; ".join(wrong) or ", ".join(f"{k}={v}" for k, v in sorted(labels.items())),
             )
         )
-    else:
-        checks.append(Check(comp, rep.host, "external labels", False, err))
 
-    # rules loaded
-    data, err = _get_json(fetch, f"{rep.url}/api/v1/rules")
-    if err is None:
-        groups = data["data"]["groups"]
-        files = {Path(g["file"]).name for g in groups}
-        missing = [f for f in RULE_FILES if f not in files]
-        broken = [
-            r["name"]
-            for g in groups
-            for r in g["rules"]
-            if r.get("health") not in (None, "ok", "unknown")
-        ]
-        n_rules = sum(len(g["rules"]) for g in groups)
-        problems = []
-        if missing:
-            problems.append(f"rule files not loaded: {', '.join(missing)}")
-        if broken:
-            problems.append(f"rules failing to evaluate: {', '.join(sorted(set(broken)))}")
-        checks.append(
-            Check(
-                comp,
-                rep.host,
-                "rules loaded",
-                not problems,
-                "; ".join(problems) or f"{n_rules} rules in {len(groups)} groups",
+    groups = obs.rules[rep.host]
+    if isinstance(groups, str):
+        checks.append(Check(comp, rep.host, "rules loaded", FAILED, groups))
+    else:
+        checks.append(_rules_loaded(rep.host, groups))
+
+    if with_hosts:
+        disk, ssh_error = obs.prom_disk.get(rep.host, (None, "not read"))
+        gauges = obs.gauges.get(rep.url)
+        if isinstance(gauges, str):
+            checks.append(Check(comp, rep.host, "loaded config = on disk", FAILED, gauges))
+        else:
+            loaded_files = (
+                {str(g.get("file")) for g in groups} if not isinstance(groups, str) else set()
             )
-        )
-    else:
-        checks.append(Check(comp, rep.host, "rules loaded", False, err))
-
-    # every expected target scraped: up per job and instance
-    result_up, err = _query(fetch, rep.url, "up")
-    if err is None:
-        up = {
-            (s["metric"].get("job"), s["metric"].get("instance")): s["value"][1] for s in result_up
-        }
-        by_job: dict[str, list[Target]] = {}
-        for t in exp.targets:
-            by_job.setdefault(t.job, []).append(t)
-        for job, targets in by_job.items():
-            down = [t for t in targets if up.get((t.job, t.instance)) == "0"]
-            absent = [t for t in targets if (t.job, t.instance) not in up]
-            bad = [f"{t.node} ({t.instance}) down" for t in down] + [
-                f"{t.node} ({t.instance}) not scraped" for t in absent
-            ]
             checks.append(
-                Check(
-                    comp,
-                    rep.host,
-                    f"scraping job {job}",
-                    not bad,
-                    "; ".join(bad) or f"{len(targets)}/{len(targets)} up",
+                prometheus_check(
+                    rep.host, gauges or {}, loaded_files, disk, ssh_error, rep.config_file
                 )
             )
+
+    seen = obs.targets[rep.host]
+    states: dict[tuple[str, str], str] = {}
+    if isinstance(seen, str):
+        checks.append(Check(comp, rep.host, "scraping", FAILED, seen))
     else:
-        checks.append(Check(comp, rep.host, "scraping", False, err))
+        rows, states = scrape_checks(
+            rep.host,
+            exp.targets,
+            seen,
+            replica_start=_gauges(obs, rep.url).get(START),
+            daemon_starts=starts,
+            now=now,
+        )
+        checks.extend(rows)
+    return checks, states, labels
 
-    # GPUs present in the exporters' metrics
-    if exp.gpus:
-        promql = f'count by (node) ({exp.gpu_metric}{{job="dcgm"}})'
-        series, err = _query(fetch, rep.url, promql)
-        if err is None:
-            result.gpus = {s["metric"].get("node", ""): int(float(s["value"][1])) for s in series}
-        else:
-            checks.append(Check(comp, rep.host, "GPU metrics", False, err))
-    return result
+
+def _rules_loaded(host: str, groups: list[dict[str, Any]]) -> Check:
+    files = {Path(str(g.get("file", ""))).name for g in groups}
+    missing = [f for f in RULE_FILES if f not in files]
+    broken = sorted(
+        {
+            f"{r.get('name')} ({r.get('lastError') or r.get('health')})"
+            for g in groups
+            for r in g.get("rules") or []
+            if r.get("health") not in (None, "ok", "unknown")
+        }
+    )
+    n_rules = sum(len(g.get("rules") or []) for g in groups)
+    problems = []
+    if missing:
+        problems.append(f"rule files not loaded: {', '.join(missing)}")
+    if broken:
+        problems.append(f"rules failing to evaluate: {'; '.join(broken)}")
+    return Check.of(
+        "prometheus",
+        host,
+        "rules loaded",
+        not problems,
+        "; ".join(problems) or f"{n_rules} rules in {len(groups)} groups",
+    )
 
 
-def check_alertmanager(exp: StackExpectation, peer: Peer, fetch: Fetch) -> list[Check]:
-    comp = "alertmanager"
-    data, err = _get_json(fetch, f"{peer.url}/api/v2/status")
-    if err is not None:
-        return [Check(comp, peer.host, "cluster ready with every peer", False, err)]
+def _distinct_labels(exp: StackExpectation, labels: Mapping[str, dict[str, str] | None]) -> Check:
+    seen: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    unknown = []
+    for rep in exp.replicas:
+        got = labels.get(rep.host)
+        if got is None:
+            unknown.append(rep.host)
+            continue
+        seen.setdefault(tuple(sorted(got.items())), []).append(rep.host)
+    clashes = [hosts for hosts in seen.values() if len(hosts) > 1]
+    if clashes:
+        detail = "; ".join(f"{' and '.join(h)} have identical external labels" for h in clashes)
+        return Check("prometheus", "*", "external labels distinct", FAILED, detail)
+    # A replica that did not answer already has its own row; compare the others.
+    note = f" (not compared: {', '.join(unknown)})" if unknown else ""
+    return Check("prometheus", "*", "external labels distinct", OK, f"{len(seen)} replicas{note}")
+
+
+def _gpu_checks(
+    exp: StackExpectation, obs: _Obs, target_states: Mapping[str, dict[tuple[str, str], str]]
+) -> list[Check]:
+    counted: dict[str, tuple[dict[str, int], dict[str, int]] | str] = {}
+    for rep in exp.replicas:
+        got = obs.gpus.get(rep.host)
+        if got is not None:
+            counted[rep.host] = got if isinstance(got, str) else gpus_by_node(got)
+    out = []
+    for rep in exp.replicas:
+        if isinstance(counted.get(rep.host), str):
+            out.append(Check("prometheus", rep.host, "GPU metrics", FAILED, str(counted[rep.host])))
+    for node, want in exp.gpus.items():
+        states, notes = [], []
+        asked = 0
+        for rep in exp.replicas:
+            got = counted.get(rep.host)
+            if got is None or isinstance(got, str):
+                continue  # not ready or the query failed: already a row of that replica
+            asked += 1
+            have, no_uuid = got[0].get(node, 0), got[1].get(node, 0)
+            if no_uuid:
+                states.append(FAILED)
+                notes.append(f"{rep.host}: {no_uuid} series without a UUID label")
+            elif have != want:
+                if target_states.get(rep.host, {}).get(("dcgm", node)) == PENDING:
+                    states.append(PENDING)
+                    notes.append(f"{rep.host} has not scraped the exporter yet")
+                else:
+                    states.append(FAILED)
+                    notes.append(f"{rep.host} sees {have}")
+        if asked == 0:
+            states.append(FAILED)
+            notes.append("no replica could be asked")
+        out.append(
+            Check(
+                "gpus",
+                node,
+                f"{want} GPUs in the exporter's metrics",
+                worst(states),
+                "; ".join(notes) or f"{want}/{want} (distinct UUIDs) on {asked} replica(s)",
+            )
+        )
+    return out
+
+
+def _alertmanager_checks(
+    exp: StackExpectation, peer: Peer, obs: _Obs, now: float, with_hosts: bool
+) -> list[Check]:
+    comp, check = "alertmanager", "cluster ready with every peer"
+    data = obs.am_status[peer.host]
+    if isinstance(data, str):
+        return [Check(comp, peer.host, check, FAILED, data)]
     cluster = data.get("cluster") or {}
     status = cluster.get("status")
     seen = {p.get("address") for p in cluster.get("peers") or []}
     want = {p.cluster_address for p in exp.alertmanagers}
-    problems = []
-    if status != "ready":
+    # ``uptime`` is when the Alertmanager's API started, i.e. the process (alertmanager v0.25.0
+    # ``api/v2/api.go:101,157-162``).
+    started = parse_time(str(data.get("uptime") or ""))
+    young = started is not None and now - started < SETTLE_GRACE_S
+    problems, states = [], []
+    if status == "settling":
+        states.append(PENDING)
+        problems.append("cluster settling (joining its peers)")
+    elif status != "ready":
+        states.append(FAILED)
         problems.append(f"cluster status {status!r}")
     if want - seen:
+        states.append(PENDING if young else FAILED)
         problems.append(f"peers missing: {', '.join(sorted(want - seen))}")
     if seen - want:
+        states.append(FAILED)
         problems.append(f"unexpected peers: {', '.join(sorted(a for a in seen - want if a))}")
-    return [
+    if young and problems:
+        problems.append(f"started {clock(started or 0)}")
+    checks = [
         Check(
             comp,
             peer.host,
-            "cluster ready with every peer",
-            not problems,
+            check,
+            worst(states),
             "; ".join(problems) or f"ready, {len(seen)}/{len(want)} peers",
         )
     ]
+    if with_hosts:
+        gauges = obs.gauges.get(peer.url)
+        if isinstance(gauges, str):
+            checks.append(Check(comp, peer.host, "loaded config = on disk", FAILED, gauges))
+        else:
+            disk, err = obs.am_disk.get(peer.host, (None, "not read"))
+            checks.append(alertmanager_check(peer.host, gauges or {}, disk, err, peer.config_file))
+    return checks
 
 
-def collect(exp: StackExpectation, fetch: Fetch, *, workers: int = 16) -> list[Check]:
-    """Every check of the running stack, in table order."""
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        replica_jobs = [pool.submit(check_replica, exp, r, fetch) for r in exp.replicas]
-        am_jobs = [pool.submit(check_alertmanager, exp, p, fetch) for p in exp.alertmanagers]
-        thanos_jobs = [
-            (kind, e, pool.submit(_ready, fetch, e.url))
-            for kind, endpoints in (
-                ("thanos sidecar", exp.thanos_sidecars),
-                ("thanos query", exp.thanos_queries),
+def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> list[Check]:
+    """Every row of one round but Thanos', in table order, from what ``_observe`` saw."""
+    starts = {
+        _netloc(d.url): _gauges(obs, d.url)[START]
+        for d in [*exp.replicas, *exp.alertmanagers]
+        if START in _gauges(obs, d.url)
+    }
+    checks: list[Check] = []
+    target_states: dict[str, dict[tuple[str, str], str]] = {}
+    labels: dict[str, dict[str, str] | None] = {}
+    for rep in exp.replicas:
+        rows, target_states[rep.host], labels[rep.host] = _replica_checks(
+            exp, rep, obs, starts, now, with_hosts
+        )
+        checks.extend(rows)
+    if exp.replicas:
+        checks.append(_distinct_labels(exp, labels))
+        sets = {
+            r.host: rule_set(obs.rules[r.host])
+            for r in exp.replicas
+            if isinstance(obs.rules.get(r.host), list)
+        }
+        checks.append(same_rules_check(sets))
+        if exp.gpus:
+            checks.extend(_gpu_checks(exp, obs, target_states))
+    for peer in exp.alertmanagers:
+        checks.extend(_alertmanager_checks(exp, peer, obs, now, with_hosts))
+    if exp.alertmanagers:
+        hashes = {
+            p.host: _gauges(obs, p.url)[AM_HASH]
+            for p in exp.alertmanagers
+            if AM_HASH in _gauges(obs, p.url)
+        }
+        checks.append(same_alertmanager_config_check(hashes))
+    if with_hosts:
+        for host in exp.gpu_hosts:
+            found, err = obs.facts.get(host, (None, "not read"))
+            checks.append(driver_check(host, found, err))
+    elif exp.gpu_hosts or exp.replicas or exp.alertmanagers:
+        checks.append(
+            Check(
+                "hosts",
+                "-",
+                "over SSH",
+                OK,
+                "skipped (--api-only): driver/NVML on GPU hosts and loaded-vs-on-disk configs "
+                "not checked",
             )
-            for e in endpoints
+        )
+    return checks
+
+
+def _thanos_checks(exp: StackExpectation, fetch: Fetch) -> list[Check]:
+    if not exp.thanos_active:
+        return [
+            Check(
+                "thanos",
+                "-",
+                "deployed",
+                OK,
+                "not deployed (thanos_enabled false, or auto with no Thanos archive configured)",
+            )
         ]
-        replicas = [j.result() for j in replica_jobs]
-        checks: list[Check] = [c for r in replicas for c in r.checks]
-
-        if exp.replicas:
-            checks.append(_distinct_labels(exp, replicas))
-            if exp.gpus:
-                checks.extend(_gpu_checks(exp, replicas))
-        for j in am_jobs:
-            checks.extend(j.result())
-        if not exp.thanos_active:
-            checks.append(
-                Check(
-                    "thanos",
-                    "-",
-                    "deployed",
-                    True,
-                    "not deployed (thanos_enabled false, or auto with no Thanos archive configured)",
-                )
-            )
-        for kind, e, job in thanos_jobs:
-            ok, why = job.result()
-            checks.append(Check(kind, e.host, "ready", ok, why or f"{e.url}/-/ready"))
-            if ok and kind == "thanos query":
+    checks = []
+    for kind, endpoints in (("thanos sidecar", exp.thanos_sidecars), ("thanos query", exp.thanos_queries)):  # fmt: skip
+        for e in endpoints:
+            state, why = _ready(fetch, e.url)
+            checks.append(Check(kind, e.host, "ready", state, why))
+            if state == OK and kind == "thanos query":
                 checks.append(check_query_stores(exp, e, fetch))
     return checks
 
 
-def check_query_stores(exp: StackExpectation, query: Endpoint, fetch: Fetch) -> Check:
+def check_query_stores(exp: StackExpectation, query_ep: Endpoint, fetch: Fetch) -> Check:
     """Every sidecar is a healthy store of this Query (``/api/v1/stores``, the API behind the
     Query UI's Stores page: ``{"data": {"<type>": [{"name": "host:port", "lastError": ...}]}}``;
     the shape is from Thanos' UI code, not checked against a running Thanos here)."""
-    data, err = _get_json(fetch, f"{query.url}/api/v1/stores")
+    data, err = get_json(fetch, f"{query_ep.url}/api/v1/stores")
     if err is not None:
-        return Check("thanos query", query.host, "every sidecar a store", False, err)
+        return Check("thanos query", query_ep.host, "every sidecar a store", FAILED, err)
     healthy = {
         s.get("name")
         for stores in (data.get("data") or {}).values()
@@ -373,9 +545,9 @@ def check_query_stores(exp: StackExpectation, query: Endpoint, fetch: Fetch) -> 
         if not s.get("lastError")
     }
     missing = [a for a in exp.thanos_stores if a not in healthy]
-    return Check(
+    return Check.of(
         "thanos query",
-        query.host,
+        query_ep.host,
         "every sidecar a store",
         not missing,
         f"not healthy stores: {', '.join(missing)}"
@@ -384,132 +556,84 @@ def check_query_stores(exp: StackExpectation, query: Endpoint, fetch: Fetch) -> 
     )
 
 
-def _distinct_labels(exp: StackExpectation, replicas: list[_ReplicaResult]) -> Check:
-    seen: dict[tuple[tuple[str, str], ...], list[str]] = {}
-    unknown = []
-    for rep, res in zip(exp.replicas, replicas, strict=True):
-        if res.labels is None:
-            unknown.append(rep.host)
-            continue
-        seen.setdefault(tuple(sorted(res.labels.items())), []).append(rep.host)
-    clashes = [hosts for hosts in seen.values() if len(hosts) > 1]
-    if clashes:
-        detail = "; ".join(f"{' and '.join(h)} have identical external labels" for h in clashes)
-        return Check("prometheus", "*", "external labels distinct", False, detail)
-    # A replica that did not answer already has its own failed row; compare the others.
-    note = f" (not compared: {', '.join(unknown)})" if unknown else ""
-    return Check("prometheus", "*", "external labels distinct", True, f"{len(seen)} replicas{note}")
+def collect(
+    exp: StackExpectation,
+    fetch: Fetch,
+    hosts: Opener | None = None,
+    *,
+    now: Callable[[], float] = time.time,
+    workers: int = 16,
+    forks: int = DEFAULT_FORKS,
+) -> list[Check]:
+    """Every check of the running stack, in table order. ``hosts`` opens a connection to a host
+    (None: the APIs only, no SSH)."""
+    obs = _observe(exp, fetch, hosts, workers, forks)
+    checks = judge(exp, obs, now=now(), with_hosts=hosts is not None)
+    return checks + _thanos_checks(exp, fetch)
 
 
-def _gpu_checks(exp: StackExpectation, replicas: list[_ReplicaResult]) -> list[Check]:
-    out = []
-    for node, want in exp.gpus.items():
-        problems = []
-        for rep, res in zip(exp.replicas, replicas, strict=True):
-            if res.gpus is None:
-                continue  # not ready or query failed: already a failed row of that replica
-            have = res.gpus.get(node, 0)
-            if have != want:
-                problems.append(f"{rep.host} sees {have}")
-        checked = sum(1 for r in replicas if r.gpus is not None)
-        if checked == 0:
-            problems.append("no replica could be asked")
-        out.append(
-            Check(
-                "gpus",
-                node,
-                f"{want} GPUs in the exporter's metrics",
-                not problems,
-                "; ".join(problems) or f"{want}/{want} on {checked} replica(s)",
-            )
-        )
-    return out
+def collect_until(
+    exp: StackExpectation,
+    fetch: Fetch,
+    hosts: Opener | None = None,
+    *,
+    wait_s: float = 0,
+    every_s: float = WAIT_EVERY_S,
+    now: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> list[Check]:
+    """``collect`` again every ``every_s`` while a check is not ok, for at most ``wait_s``
+    seconds; the last round's checks (``wait_s`` 0: one round)."""
+    deadline = monotonic() + wait_s
+    while True:
+        checks = collect(exp, fetch, hosts, now=now)
+        left = deadline - monotonic()
+        if all(c.ok for c in checks) or left <= 0:
+            return checks
+        sleep(min(every_s, left))
 
 
-# ---------------------------------------------------------------- HTTP and presentation
+def open_hosts(exp: StackExpectation) -> ConnectionPool:
+    """One SSH connection per host, opened on first use (close with ``close_all``)."""
+    return ConnectionPool(lambda host: SSHConnection(exp.ssh[host]))
 
 
-def http_fetch(url: str, timeout: float = HTTP_TIMEOUT_S) -> Response:
-    """GET ``url`` directly (no proxy from the environment), never raising."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=timeout) as resp:
-            return Response(resp.status, resp.read().decode("utf-8", "replace"))
-    except urllib.error.HTTPError as exc:
-        return Response(exc.code, exc.read().decode("utf-8", "replace"))
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return Response(0, error=f"no answer from {url}: {reason}")
+# ---------------------------------------------------------------- presentation
 
 
 def failures(checks: list[Check]) -> list[Check]:
-    return [c for c in checks if not c.ok]
+    return [c for c in checks if c.state == FAILED]
+
+
+def pending(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.state == PENDING]
+
+
+def overall(checks: list[Check]) -> str:
+    return worst([c.state for c in checks])
+
+
+def _row(c: Check) -> dict[str, Any]:
+    return {**asdict(c), "ok": c.ok}
 
 
 def to_json(checks: list[Check]) -> dict[str, Any]:
+    """``{"ok", "state", "checks", "failed", "pending"}``; each check ``{"component", "host",
+    "check", "state", "detail", "ok"}`` (``ok``: state is "ok")."""
     return {
-        "ok": not failures(checks),
-        "checks": [asdict(c) for c in checks],
-        "failed": [asdict(c) for c in failures(checks)],
+        "ok": overall(checks) == OK,
+        "state": overall(checks),
+        "checks": [_row(c) for c in checks],
+        "failed": [_row(c) for c in failures(checks)],
+        "pending": [_row(c) for c in pending(checks)],
     }
 
 
 def table(checks: list[Check]) -> str:
+    shown = {OK: "ok", PENDING: "PENDING", FAILED: "FAILED"}
     rows = [("COMPONENT", "HOST", "CHECK", "RESULT", "DETAIL")] + [
-        (c.component, c.host, c.check, "ok" if c.ok else "FAILED", c.detail) for c in checks
+        (c.component, c.host, c.check, shown[c.state], c.detail) for c in checks
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows)
-
-
-# ---------------------------------------------------------------- from an inventory file
-
-
-def load_expectation(
-    inventory: Path, extra_vars: list[str] | None = None, site: Path | None = None
-) -> StackExpectation:
-    """The expectation for an inventory: each role host's variables resolved as ``up`` resolves
-    them (the site's plays, role defaults < group < host < extra vars). Touches no host."""
-    from deployer.hostpattern import NoHostsMatched, select
-    from deployer.plan import Planner
-    from deployer.roles import load_site
-    from deployer.session import (
-        DEFAULT_ROLES,
-        DEFAULT_SITE,
-        SHARED_TEMPLATES,
-        DeploySession,
-        RunOptions,
-        validation_facts,
-    )
-
-    session = DeploySession.load(
-        RunOptions(inventory=inventory, extra_vars=list(extra_vars or [])), plan=False
-    )
-    plays = load_site(site or DEFAULT_SITE)
-    roles_path = [DEFAULT_ROLES] if site is None else [site.parent / "roles", DEFAULT_ROLES]
-    planner = Planner(session.inventory, roles_path, SHARED_TEMPLATES)
-
-    def variables_of(role: str) -> dict[str, Mapping[str, Any]]:
-        play = next((p for p in plays if role in p.roles), None)
-        if play is None:
-            return {}
-        try:
-            hosts = [h.name for h in select(session.inventory, play.hosts)]
-        except NoHostsMatched:
-            return {}
-        out: dict[str, Mapping[str, Any]] = {}
-        for h in hosts:
-            planner.extra_context = {"facts": validation_facts(h).to_json()}
-            out[h] = planner.host_vars(h, play)
-        return out
-
-    exp = expect(
-        variables_of("prometheus"), variables_of("alertmanager"), variables_of("thanos_query")
-    )
-    if not exp.replicas and not exp.alertmanagers:
-        raise InputError(
-            "no host of the inventory is in a Prometheus or Alertmanager play of the site: "
-            "nothing to check",
-            source=str(inventory),
-        )
-    return exp

@@ -8,7 +8,12 @@ the lab's inventory and the product's site, checked through the stack's own HTTP
 - a config that fails promtool is refused, the running config untouched and still serving;
 - a GPU host added to the inventory and ``targets`` run: both replicas scrape it within a minute,
   with no reload;
-- one replica stopped: ``status`` exits 1 naming it; started again: green.
+- one replica stopped: ``status`` exits 1 naming it; started again: pending (never failed) for
+  what it has not scraped yet, then green;
+- a valid rule change and a config promtool refuses in one run: ``status`` names the replica that
+  runs something other than its disk, or the pair evaluating different rules; ``up`` heals it;
+- a driver package changed on a GPU host without a reboot: ``status`` names the host's NVML
+  version mismatch while its exporter still looks healthy; the package restored: green.
 
 Runs on the session ``lab`` fixture. While developing, ``GPUMON_MONITORING_LAB=<name>`` runs it on
 a lab of that name that is already up instead (it is neither started nor stopped here).
@@ -129,17 +134,39 @@ def prometheus_urls(mlab: Lab) -> dict[str, str]:
 
 
 def status_json(inventory: Path, *extra: str) -> tuple[int, dict[str, Any]]:
-    proc = gpumon("status", "-i", str(inventory), "--output", "json", *extra, timeout=120)
+    wait = int(extra[extra.index("--wait") + 1]) if "--wait" in extra else 0
+    proc = gpumon("status", "-i", str(inventory), "--output", "json", *extra, timeout=120 + wait)
     assert proc.stdout.strip(), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
 
 def wait_green(inventory: Path, timeout: float = 120) -> dict[str, Any]:
+    last: list[Any] = []
+
     def probe() -> dict[str, Any] | None:
         rc, data = status_json(inventory)
+        last[:] = [*data["failed"], *data.get("pending", [])]
         return data if rc == 0 else None
 
-    return wait_until("status green", probe, timeout, every=5)
+    try:
+        return wait_until("status green", probe, timeout, every=5)
+    except pytest.fail.Exception as exc:
+        raise AssertionError(f"{exc}; last status rows not ok: {last}") from None
+
+
+def not_ok(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    return [
+        (c["component"], c["host"], c["check"], c["state"]) for c in data["checks"] if not c["ok"]
+    ]
+
+
+def why(data: dict[str, Any]) -> list[str]:
+    """The rows not ok, with their details (for assertion messages)."""
+    return [
+        f"{c['state']} {c['component']} {c['host']} {c['check']}: {c['detail']}"
+        for c in data["checks"]
+        if not c["ok"]
+    ]
 
 
 def firing_in(url: str, node: str, gpu: int) -> bool:
@@ -158,10 +185,14 @@ def firing_in(url: str, node: str, gpu: int) -> bool:
 
 def test_up_then_status_is_green(deployed, inventory):
     data = wait_green(inventory)
-    assert data["ok"] is True and data["failed"] == []
+    assert data["ok"] is True and data["failed"] == [] and data["pending"] == []
     checks = {(c["component"], c["check"]) for c in data["checks"]}
     assert ("prometheus", "external labels distinct") in checks
+    assert ("prometheus", "replicas evaluate the same rules") in checks
+    assert ("prometheus", "loaded config = on disk") in checks
     assert ("alertmanager", "cluster ready with every peer") in checks
+    assert ("alertmanager", "loaded config = on disk") in checks
+    assert ("driver", "NVML: loaded driver = installed") in checks
 
 
 def test_second_up_reports_zero_changes(deployed, inventory, stack_vars):
@@ -529,17 +560,188 @@ def scraped(url: str, node: str) -> bool:
 def test_stopped_replica_fails_status_naming_it_then_green_again(deployed, mlab, inventory):
     replica = hosts_in(mlab, "prometheus")[-1]
     other = hosts_in(mlab, "prometheus")[0]
+    url = prometheus_urls(mlab)[replica.name]
     assert mlab.ssh(replica.name, "systemctl stop prometheus").returncode == 0
     try:
         rc, data = status_json(inventory)
         assert rc == 1
-        assert {"component": "prometheus", "host": replica.name, "check": "ready"}.items() <= (
-            data["failed"][0].items()
-        )
-        # The other replica keeps scraping.
-        assert not [c for c in data["failed"] if c["host"] == other.name]
+        assert ("prometheus", replica.name, "ready", "failed") in not_ok(data)
+        # The other replica keeps scraping: at most its scrape of the stopped replica fails.
+        others = [c for c in data["failed"] if c["host"] == other.name]
+        assert all(c["check"] == "scraping job prometheus" for c in others), others
+        assert all(replica.name in c["detail"] for c in others), others
         proc = gpumon("status", "-i", str(inventory), timeout=120)
         assert f"FAILED prometheus {replica.name}: ready" in proc.stderr
     finally:
         assert mlab.ssh(replica.name, "systemctl start prometheus").returncode == 0
+    wait_until(f"{replica.name} ready", lambda: http_fetch(f"{url}/-/ready").status == 200, 120)
+    # Just started: what it has not scraped since its start is pending, nothing is failed.
+    rc, data = status_json(inventory)
+    assert rc in (0, 3) and data["failed"] == [], why(data)
+    # ... and every pending row is about the replica that restarted (its own rows, the other's
+    # scrape of it, the GPUs it has not sampled yet).
+    assert all(replica.name in c["host"] + c["detail"] for c in data["pending"]), why(data)
+    # --wait: the same command waits (bounded) until the replica has scraped everything.
+    rc, data = status_json(inventory, "--wait", "180")
+    assert rc == 0, why(data)
+
+
+RULE_CHANGE = "prometheus_rules_gpu_temp_warning_celsius=84"  # valid, and different
+PROMTOOL_REFUSES = ["prometheus_scrape_interval=5s", "prometheus_scrape_timeout=10s"]
+
+
+def test_a_reload_lost_by_a_failed_run_fails_status_naming_the_replica(
+    deployed, mlab, inventory, stack_vars
+):
+    """Issue 12 item 3: a valid rule change and a prometheus.yml promtool refuses, in one run.
+    The rule file is written on the first replica and the run stops there; whatever the engine
+    then does with the reload (none: the replica runs older rules than its disk; forced: it runs
+    newer rules than the other replica), status must say so and name the replica."""
+    first = hosts_in(mlab, "prometheus")[0].name
+    bad = [a for v in [RULE_CHANGE, *PROMTOOL_REFUSES] for a in ("-e", v)]
+    try:
+        proc = gpumon("up", "-i", str(inventory), "--output", "json", *stack_vars, *bad)
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        rc, data = status_json(inventory)
+        assert rc == 1, why(data)
+        failed = {(c["component"], c["host"], c["check"]): c["detail"] for c in data["failed"]}
+        owed = failed.get(("prometheus", first, "loaded config = on disk"), "")
+        differ = failed.get(("prometheus", "*", "replicas evaluate the same rules"), "")
+        assert "reload owed" in owed or first in differ, failed
+        if owed:
+            assert "gpu-alerts.yml changed on disk" in owed
+    finally:
+        proc = gpumon("up", "-i", str(inventory), *stack_vars)
+        assert proc.returncode == 0, proc.stderr[-3000:]
     wait_green(inventory, timeout=180)
+
+
+def test_a_rule_file_edited_on_one_replica_then_reloaded_fails_until_up(
+    deployed, mlab, inventory, stack_vars
+):
+    """The same on the files directly: edited on disk (reload owed, naming the file), then reloaded
+    on that replica only (the pair evaluates different rules, naming the group and rule)."""
+    first = hosts_in(mlab, "prometheus")[0]
+    rules = "/etc/prometheus/rules/gpu-alerts.yml"
+    edit = mlab.ssh(first.name, f"grep -q 'for: 5m' {rules} && sed -i 's/for: 5m/for: 6m/' {rules}")
+    assert edit.returncode == 0, edit.stderr
+    try:
+        rc, data = status_json(inventory)
+        assert rc == 1
+        assert [c for c in not_ok(data) if c[3] == "failed"] == [
+            ("prometheus", first.name, "loaded config = on disk", "failed")
+        ], why(data)
+        detail = next(c["detail"] for c in data["failed"])
+        assert detail.startswith(f"reload owed: {rules} changed on disk after"), detail
+        reload = mlab.ssh(first.name, "curl -fsS -X POST http://127.0.0.1:9090/-/reload")
+        assert reload.returncode == 0, reload.stderr
+        rc, data = status_json(inventory)
+        assert rc == 1
+        assert [c for c in not_ok(data) if c[3] == "failed"] == [
+            ("prometheus", "*", "replicas evaluate the same rules", "failed")
+        ], why(data)
+        assert "differ: gpu-alerts.yml:" in data["failed"][0]["detail"]
+    finally:
+        proc = gpumon("up", "-i", str(inventory), *stack_vars)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    wait_green(inventory, timeout=180)
+
+
+def driver_packages_at(frm: str, to: str) -> str:
+    """Shell printing ``name=TO`` for every installed package at version FRM (the driver's set;
+    the branch pinning package left alone)."""
+    return (
+        "dpkg-query -W -f='${Package} ${Version}\\n' | "
+        f'awk \'$2 == "{frm}" && $1 !~ /pinning/ {{print $1 "={to}"}}\''
+    )
+
+
+def test_a_driver_package_changed_without_a_reboot_fails_status_naming_the_host(
+    deployed, mlab, inventory
+):
+    """Issue 12 item 2: the driver packages changed under the loaded kernel module (an apt run
+    outside gpumon-deploy, no reboot): nvidia-smi fails with the real NVML mismatch while the
+    exporter keeps serving; status names the host. The packages put back: green again."""
+    host, installed, other, held = "", "", "", []
+    for h in hosts_in(mlab, "gpu"):
+        now = mlab.ssh(h.name, "dpkg-query -W -f='${Version}' nvidia-open; echo; apt-mark showhold")
+        assert now.returncode == 0, now.stderr
+        installed, *held = now.stdout.split()
+        versions = mlab.ssh(
+            h.name, "apt-cache madison nvidia-open | awk '{print $3}'"
+        ).stdout.split()
+        if installed in versions[:-1]:  # an older driver of the mirror to go back to
+            host, other = h.name, versions[versions.index(installed) + 1]
+            break
+    assert host, "no GPU host with an older driver in the lab's mirror"
+
+    def install(frm: str, to: str) -> None:
+        cmd = (
+            f"pk=$({driver_packages_at(frm, to)}); DEBIAN_FRONTEND=noninteractive apt-get install "
+            "-y -q --allow-downgrades --allow-change-held-packages $pk"
+        )
+        proc = mlab.ssh(host, cmd, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+    install(installed, other)
+    try:
+        assert mlab.ssh(host, "nvidia-smi").returncode == 18
+        rc, data = status_json(inventory)
+        assert rc == 1
+        row = next(c for c in data["failed"] if c["host"] == host and c["component"] == "driver")
+        assert row["check"] == "NVML: loaded driver = installed"
+        assert row["detail"].startswith(
+            "NVML version mismatch: nvidia-smi: Failed to initialize NVML: Driver/library "
+            f"version mismatch (installed {other.split('-')[0]}, kernel module loaded "
+            f"{installed.split('-')[0]}"
+        ), row["detail"]
+    finally:
+        install(other, installed)
+        restore = mlab.ssh(
+            host,
+            (f"apt-mark hold {' '.join(held)} >/dev/null; " if held else "")
+            + "systemctl reset-failed; "
+            "systemctl start nvidia-persistenced; nvidia-smi >/dev/null",
+        )
+        assert restore.returncode == 0, restore.stdout + restore.stderr
+    rc, data = status_json(inventory, "--wait", "120")
+    assert rc == 0, why(data)
+
+
+def test_a_gpu_lost_while_a_replica_was_down_is_missing_there_after_its_restart(
+    deployed, mlab, inventory
+):
+    """A stopped replica writes no staleness markers: after its restart the replayed WAL still
+    holds the lost GPU's series for five minutes. Status counts only what the replica sampled
+    since it started, so both replicas report the GPU missing."""
+    replica = hosts_in(mlab, "prometheus")[-1]
+    node = hosts_in(mlab, "gpu")[0].name
+    url = prometheus_urls(mlab)[replica.name]
+    gpus = len(gpu_uuids(mlab, node))
+    assert mlab.ssh(replica.name, "systemctl stop prometheus").returncode == 0
+    try:
+        mlab.fault(node, "gpu-missing", gpu=0)
+    finally:
+        assert mlab.ssh(replica.name, "systemctl start prometheus").returncode == 0
+    try:
+        wait_until(f"{replica.name} ready", lambda: http_fetch(f"{url}/-/ready").status == 200, 120)
+
+        def counted() -> dict[str, Any] | None:
+            _, data = status_json(inventory, "--api-only")
+            row = next(c for c in data["checks"] if c["component"] == "gpus" and c["host"] == node)
+            return row if f"{replica.name} sees" in row["detail"] else None
+
+        # Pending until the restarted replica has scraped the exporter, then counted.
+        row = wait_until(f"{replica.name} counted {node}'s GPUs", counted, 120)
+        assert row["state"] == "failed"
+        assert f"{replica.name} sees {gpus - 1}" in row["detail"], row
+    finally:
+        mlab.heal(node)
+    rc, data = status_json(inventory, "--wait", "180")
+    assert rc == 0, why(data)
+
+
+def gpu_uuids(mlab: Lab, node: str) -> list[str]:
+    proc = mlab.ssh(node, "nvidia-smi --query-gpu=uuid --format=csv,noheader")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()

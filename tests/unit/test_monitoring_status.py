@@ -1,11 +1,14 @@
-"""The ``status`` table on canned API answers: what is green, and what fails naming host and
-cause. Plus the HTTP fetch itself against a real local server, and the expectation built from an
-inventory through the roles' variables."""
+"""The ``status`` table on canned answers: what is green, what is pending and what fails naming
+the host and the cause. The APIs answer like Prometheus 2.42 / Alertmanager 0.25 (shapes cited
+in deployer/status_*.py); the hosts answer like the product's read-only commands. Plus the HTTP
+fetch itself against a real local server, and the expectation built from an inventory through the
+roles' variables."""
 
 from __future__ import annotations
 
 import http.server
 import json
+import re
 import socket
 import threading
 import urllib.parse
@@ -17,12 +20,28 @@ import pytest
 import yaml
 
 from deployer import status
-from deployer.errors import InputError
+from deployer.connection import ScriptedConnection
+from deployer.errors import HostUnreachable, InputError
+from deployer.facts import FACTS_SCRIPT
 from deployer.file_sd import Target
 from deployer.status import Check, Endpoint, Peer, Replica, Response, StackExpectation
+from deployer.status_loaded import md5_metric_value, md5_of
+from deployer.status_model import FAILED, OK, PENDING
 
 P1, P2 = "http://10.0.0.21:9090", "http://10.0.0.22:9090"
 AMS = {"prom01": "10.0.0.21", "prom02": "10.0.0.22", "mon01": "10.0.0.23"}
+NOW = 1_800_000_000.0
+STARTED = NOW - 3600  # every daemon started an hour ago
+LOADED = NOW - 1800  # and loaded its config half an hour ago
+WRITTEN = NOW - 1900  # its files written just before that
+AM_CONFIG = b"route:\n  receiver: r\nreceivers:\n  - name: r\n"
+RULES = "/etc/prometheus/rules"
+
+
+def rfc3339(epoch: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat().replace("+00:00", "Z")
 
 
 def expectation(**kw: Any) -> StackExpectation:
@@ -39,10 +58,15 @@ def expectation(**kw: Any) -> StackExpectation:
             Target("prometheus", "10.0.0.22:9090", "prom02"),
         ],
         gpus={"gpu01": 8},
+        gpu_hosts=["gpu01"],
     )
     for k, v in kw.items():
         setattr(exp, k, v)
     return exp
+
+
+def gpu_series(node: str, n: int) -> list[dict[str, str]]:
+    return [{"node": node, "UUID": f"GPU-{node}-{i}"} for i in range(n)]
 
 
 class CannedStack:
@@ -50,15 +74,28 @@ class CannedStack:
 
     def __init__(self) -> None:
         self.down: set[str] = set()  # base URLs with no answer
+        self.not_ready: set[str] = set()  # base URLs answering /-/ready with 503
         self.labels = {
             P1: {"cluster": "c1", "replica": "prom01"},
             P2: {"cluster": "c1", "replica": "prom02"},
         }
-        self.up = {("dcgm", "10.0.0.11:9400"): "1", ("node", "10.0.0.11:9100"): "1",
-                   ("prometheus", "10.0.0.21:9090"): "1", ("prometheus", "10.0.0.22:9090"): "1"}  # fmt: skip
+        keys = [("dcgm", "10.0.0.11:9400"), ("node", "10.0.0.11:9100"),
+                ("prometheus", "10.0.0.21:9090"), ("prometheus", "10.0.0.22:9090")]  # fmt: skip
+        # per replica: (job, instance) -> (health, lastScrape, lastError)
+        self.targets = {base: {k: ("up", NOW - 5, "") for k in keys} for base in (P1, P2)}
         self.rule_files = ["gpu-alerts.yml", "gpu-recording.yml", "meta-alerts.yml"]
-        self.gpus = {P1: 8, P2: 8}
-        self.am_status = {a: "ready" for a in AMS.values()}
+        self.rules: dict[str, list[dict[str, Any]]] = {
+            base: [{"name": "R", "query": "up == 0", "health": "ok", "type": "alerting"}]
+            for base in (P1, P2)
+        }
+        self.gpus = {P1: gpu_series("gpu01", 8), P2: gpu_series("gpu01", 8)}
+        self.sampled: dict[str, float] = {}  # UUID -> time of its last sample (default: just now)
+        self.started = {P1: STARTED, P2: STARTED} | {
+            f"http://{a}:9093": STARTED for a in AMS.values()
+        }
+        self.reload_ok = dict.fromkeys(self.started, 1.0)
+        self.am_hash = {a: md5_metric_value(md5_of(AM_CONFIG)) for a in AMS.values()}
+        self.am_status = dict.fromkeys(AMS.values(), "ready")
         self.am_peers = {a: [f"{p}:9094" for p in AMS.values()] for a in AMS.values()}
         self.asked: list[str] = []
 
@@ -69,32 +106,128 @@ class CannedStack:
         if base in self.down:
             return Response(0, error=f"no answer from {url}: [Errno 111] Connection refused")
         if parts.path == "/-/ready":
+            if base in self.not_ready:
+                return Response(503, "Service Unavailable")
             return Response(200, "Prometheus Server is Ready.\n")
+        if parts.path == "/metrics":
+            return Response(200, self.metrics(base, parts.port == 9093))
         if parts.path == "/api/v1/status/config":
             config = {"global": {"external_labels": self.labels[base]}}
             return ok({"status": "success", "data": {"yaml": yaml.safe_dump(config)}})
         if parts.path == "/api/v1/rules":
             groups = [
-                {"file": f"/etc/prometheus/rules/{f}", "rules": [{"name": "R", "health": "ok"}]}
+                {
+                    "file": f"{RULES}/{f}",
+                    "name": f"g-{f}",
+                    "interval": 15,
+                    "rules": self.rules[base],
+                }
                 for f in self.rule_files
             ]
             return ok({"status": "success", "data": {"groups": groups}})
+        if parts.path == "/api/v1/targets":
+            active = [
+                {
+                    "labels": {"job": j, "instance": i},
+                    "health": h,
+                    "lastScrape": rfc3339(last) if last else "0001-01-01T00:00:00Z",
+                    "lastError": err,
+                    "scrapeInterval": "15s",
+                }
+                for (j, i), (h, last, err) in self.targets[base].items()
+            ]
+            return ok({"status": "success", "data": {"activeTargets": active}})
         if parts.path == "/api/v1/query":
             query = urllib.parse.parse_qs(parts.query)["query"][0]
-            if query == "up":
-                result = [
-                    {"metric": {"job": j, "instance": i}, "value": [0, v]}
-                    for (j, i), v in self.up.items()
-                ]
-            else:
-                assert query == 'count by (node) (DCGM_FI_DEV_GPU_TEMP{job="dcgm"})'
-                result = [{"metric": {"node": "gpu01"}, "value": [0, str(self.gpus[base])]}]
+            m = re.fullmatch(
+                r'group by \(node, UUID\) \(timestamp\(DCGM_FI_DEV_GPU_TEMP\{job="dcgm"\}\) >= ([0-9.]+)\)',
+                query,
+            )
+            assert m, query
+            since = float(m.group(1))
+            result = [
+                {"metric": labels, "value": [NOW, "1"]}
+                for labels in self.gpus[base]
+                if self.sampled.get(labels.get("UUID", ""), NOW - 5) >= since
+            ]
             return ok({"status": "success", "data": {"resultType": "vector", "result": result}})
         if parts.path == "/api/v2/status":
             addr = parts.hostname
             peers = [{"name": p, "address": p} for p in self.am_peers[addr]]
-            return ok({"cluster": {"status": self.am_status[addr], "peers": peers}})
+            return ok(
+                {
+                    "cluster": {"status": self.am_status[addr], "peers": peers},
+                    "uptime": rfc3339(self.started[base]),
+                }
+            )
         return Response(404, "not found")
+
+    def metrics(self, base: str, alertmanager: bool) -> str:
+        prefix = "alertmanager" if alertmanager else "prometheus"
+        lines = [
+            "# HELP process_start_time_seconds Start time of the process since unix epoch.",
+            "# TYPE process_start_time_seconds gauge",
+            f"process_start_time_seconds {self.started[base]!r}",
+            f"{prefix}_config_last_reload_successful {self.reload_ok[base]!r}",
+            f"{prefix}_config_last_reload_success_timestamp_seconds {LOADED!r}",
+            'go_info{version="go1.19.8"} 1',
+        ]
+        if alertmanager:
+            lines.append(
+                f"alertmanager_config_hash {self.am_hash[urllib.parse.urlsplit(base).hostname]!r}"
+            )
+        return "\n".join(lines) + "\n"
+
+
+class CannedHosts:
+    """The hosts' answers to status' read-only commands, by inventory name."""
+
+    def __init__(self) -> None:
+        self.unreachable: set[str] = set()
+        self.files = {
+            h: [(WRITTEN, "/etc/prometheus/prometheus.yml")]
+            + [(WRITTEN, f"{RULES}/{f}") for f in ("gpu-alerts.yml", "gpu-recording.yml", "meta-alerts.yml")]
+            for h in ("prom01", "prom02")
+        }  # fmt: skip
+        self.am_config = dict.fromkeys(AMS, AM_CONFIG)
+        self.templates: dict[str, list[tuple[float, str]]] = {h: [] for h in AMS}
+        self.smi = dict.fromkeys(["gpu01"], SMI_OK)
+        self.conns: dict[str, ScriptedConnection] = {}
+
+    def __call__(self, host: str) -> ScriptedConnection:
+        if host in self.unreachable:
+            raise HostUnreachable(f"{host}: ssh: connect to host: Connection timed out")
+        conn = ScriptedConnection(name=host)
+        if host in self.smi:
+            conn.on("@@nvswitch", stdout=facts_output(self.smi[host]))
+        if host in self.am_config:
+            md5 = md5_of(self.am_config[host])
+            files = "".join(f"{m}\t{p}\n" for m, p in self.templates[host])
+            conn.on(
+                "md5sum",
+                stdout=f"@@md5\n{md5}  /etc/alertmanager/alertmanager.yml\n@@files\n{files}",
+            )
+        if host in self.files:
+            conn.on("find ", stdout="".join(f"{m}\t{p}\n" for m, p in self.files[host]))
+        self.conns[host] = conn
+        return conn
+
+
+SMI_OK = """@@smi
+0, GPU-a, NVIDIA H100 80GB HBM3, 81559, 00000000:18:00.0, Disabled, 580.65.06
+1, GPU-b, NVIDIA H100 80GB HBM3, 81559, 00000000:2A:00.0, Disabled, 580.65.06
+@@smi_rc
+rc=0
+"""
+
+
+def facts_output(smi: str, loaded: str = "580.65.06", installed: str = "580.65.06") -> str:
+    return (
+        "@@os\nid=debian\nversion_id=12\n@@pci\n"
+        + smi
+        + f"@@proc\nNVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {loaded}  Release Build\n"
+        + f"@@pkgs\nnvidia-open\t{installed}-1\tii\n@@nvswitch\n0\n"
+    )
 
 
 def ok(data: Any) -> Response:
@@ -102,11 +235,23 @@ def ok(data: Any) -> Response:
 
 
 def failed(checks: list[Check]) -> list[tuple[str, str, str]]:
-    return [(c.component, c.host, c.check) for c in checks if not c.ok]
+    return [(c.component, c.host, c.check) for c in checks if c.state == FAILED]
 
 
-def detail(checks: list[Check], host: str, check: str) -> str:
-    return next(c.detail for c in checks if c.host == host and c.check == check)
+def pending(checks: list[Check]) -> list[tuple[str, str, str]]:
+    return [(c.component, c.host, c.check) for c in checks if c.state == PENDING]
+
+
+def row(checks: list[Check], host: str, check: str, component: str | None = None) -> Check:
+    return next(
+        c
+        for c in checks
+        if c.host == host and c.check == check and component in (None, c.component)
+    )
+
+
+def detail(checks: list[Check], host: str, check: str, component: str | None = None) -> str:
+    return row(checks, host, check, component).detail
 
 
 @pytest.fixture
@@ -114,20 +259,37 @@ def stack() -> CannedStack:
     return CannedStack()
 
 
-def test_a_healthy_stack_is_all_green(stack):
-    checks = status.collect(expectation(), stack)
-    assert failed(checks) == []
+@pytest.fixture
+def hosts() -> CannedHosts:
+    return CannedHosts()
+
+
+def run(stack: CannedStack, hosts: CannedHosts | None = None, **kw: Any) -> list[Check]:
+    return status.collect(expectation(**kw), stack, hosts, now=lambda: NOW)
+
+
+# ---------------------------------------------------------------- green, and what fails
+
+
+def test_a_healthy_stack_is_all_green(stack, hosts):
+    checks = run(stack, hosts)
+    assert failed(checks) == [] and pending(checks) == []
     names = {(c.host, c.check) for c in checks}
     for host in ("prom01", "prom02"):
-        for check in ("ready", "external labels", "rules loaded", "scraping job dcgm"):
+        for check in ("ready", "external labels", "rules loaded", "loaded config = on disk",
+                      "scraping job dcgm"):  # fmt: skip
             assert (host, check) in names
+    assert ("*", "replicas evaluate the same rules") in names
     assert ("mon01", "cluster ready with every peer") in names
+    assert ("mon01", "loaded config = on disk") in names
+    assert ("*", "peers run the same config") in names
     assert ("gpu01", "8 GPUs in the exporter's metrics") in names
+    assert ("gpu01", "NVML: loaded driver = installed") in names
 
 
-def test_a_stopped_replica_fails_naming_it_and_the_other_still_checks(stack):
+def test_a_stopped_replica_fails_naming_it_and_the_other_still_checks(stack, hosts):
     stack.down.add(P2)
-    checks = status.collect(expectation(), stack)
+    checks = run(stack, hosts)
     assert ("prometheus", "prom02", "ready") in failed(checks)
     assert "Connection refused" in detail(checks, "prom02", "ready")
     prom02 = [c.check for c in checks if c.component == "prometheus" and c.host == "prom02"]
@@ -137,50 +299,81 @@ def test_a_stopped_replica_fails_naming_it_and_the_other_still_checks(stack):
 
 def test_identical_external_labels_fail_the_distinct_check(stack):
     stack.labels[P2] = {"cluster": "c1", "replica": "prom01"}
-    checks = status.collect(expectation(), stack)
+    checks = run(stack)
     assert ("prometheus", "*", "external labels distinct") in failed(checks)
     assert "prom01 and prom02" in detail(checks, "*", "external labels distinct")
     assert "replica='prom01'" in detail(checks, "prom02", "external labels")
 
 
-def test_a_down_target_fails_its_job_naming_node_and_instance(stack):
-    stack.up[("dcgm", "10.0.0.11:9400")] = "0"
-    checks = status.collect(expectation(), stack)
+def test_a_down_target_fails_its_job_naming_node_instance_and_the_scrape_error(stack):
+    stack.targets[P1][("dcgm", "10.0.0.11:9400")] = ("down", NOW - 5, "connection refused")
+    checks = run(stack)
     assert ("prometheus", "prom01", "scraping job dcgm") in failed(checks)
-    assert detail(checks, "prom01", "scraping job dcgm") == "gpu01 (10.0.0.11:9400) down"
+    assert detail(checks, "prom01", "scraping job dcgm") == (
+        "gpu01 (10.0.0.11:9400) down: connection refused"
+    )
     assert detail(checks, "prom01", "scraping job node") == "1/1 up"
 
 
-def test_a_target_never_scraped_is_named(stack):
-    del stack.up[("node", "10.0.0.11:9100")]
-    checks = status.collect(expectation(), stack)
-    assert detail(checks, "prom02", "scraping job node") == "gpu01 (10.0.0.11:9100) not scraped"
+def test_a_target_missing_from_a_long_running_replica_fails(stack):
+    del stack.targets[P2][("node", "10.0.0.11:9100")]
+    checks = run(stack)
+    assert ("prometheus", "prom02", "scraping job node") in failed(checks)
+    assert detail(checks, "prom02", "scraping job node") == (
+        "gpu01 (10.0.0.11:9100) not among the replica's targets (file_sd)"
+    )
 
 
 def test_a_missing_rule_file_fails_rules_loaded(stack):
     stack.rule_files = ["gpu-alerts.yml"]
-    checks = status.collect(expectation(), stack)
+    checks = run(stack)
     assert ("prometheus", "prom01", "rules loaded") in failed(checks)
     assert "gpu-recording.yml, meta-alerts.yml" in detail(checks, "prom01", "rules loaded")
 
 
+def test_a_rule_failing_to_evaluate_is_named_with_its_error(stack):
+    stack.rules[P1] = [{"name": "R", "query": "x", "health": "err", "lastError": "many-to-many"}]
+    checks = run(stack)
+    assert ("prometheus", "prom01", "rules loaded") in failed(checks)
+    assert "R (many-to-many)" in detail(checks, "prom01", "rules loaded")
+
+
+def test_rules_not_yet_evaluated_after_a_start_are_fine(stack):
+    stack.rules[P2] = [{"name": "R", "query": "up == 0", "health": "unknown", "type": "alerting"}]
+    assert row(run(stack), "prom02", "rules loaded").ok
+
+
 def test_missing_gpus_fail_naming_the_replica_and_count(stack):
-    stack.gpus[P1] = 7
-    checks = status.collect(expectation(), stack)
+    stack.gpus[P1] = gpu_series("gpu01", 7)
+    checks = run(stack)
     assert failed(checks) == [("gpus", "gpu01", "8 GPUs in the exporter's metrics")]
     assert detail(checks, "gpu01", "8 GPUs in the exporter's metrics") == "prom01 sees 7"
 
 
-def test_a_settling_alertmanager_fails(stack):
-    stack.am_status["10.0.0.23"] = "settling"
-    checks = status.collect(expectation(), stack)
-    assert failed(checks) == [("alertmanager", "mon01", "cluster ready with every peer")]
-    assert "settling" in detail(checks, "mon01", "cluster ready with every peer")
+def test_gpus_not_sampled_since_the_replica_started_are_not_counted(stack):
+    # A GPU gone while prom02 was stopped: its series, replayed from the WAL, carry no stale
+    # marker, but their last sample is older than prom02's start.
+    stack.started[P2] = NOW - 60
+    stack.sampled["GPU-gpu01-0"] = NOW - 90
+    stack.gpus[P1] = gpu_series("gpu01", 8)[1:]
+    checks = run(stack)
+    assert detail(checks, "gpu01", "8 GPUs in the exporter's metrics") == (
+        "prom01 sees 7; prom02 sees 7"
+    )
+
+
+def test_gpu_series_without_a_uuid_label_fail_and_are_not_counted(stack):
+    stack.gpus[P2] = [{"node": "gpu01"}]
+    checks = run(stack)
+    assert "prom02: 1 series without a UUID label" in detail(
+        checks, "gpu01", "8 GPUs in the exporter's metrics"
+    )
 
 
 def test_an_alertmanager_missing_a_peer_names_the_peer(stack):
     stack.am_peers["10.0.0.21"] = ["10.0.0.21:9094", "10.0.0.22:9094"]
-    checks = status.collect(expectation(), stack)
+    checks = run(stack)
+    assert ("alertmanager", "prom01", "cluster ready with every peer") in failed(checks)
     assert "peers missing: 10.0.0.23:9094" in detail(
         checks, "prom01", "cluster ready with every peer"
     )
@@ -188,14 +381,280 @@ def test_an_alertmanager_missing_a_peer_names_the_peer(stack):
 
 def test_an_unreachable_alertmanager_fails(stack):
     stack.down.add("http://10.0.0.22:9093")
-    checks = status.collect(expectation(), stack)
+    checks = run(stack)
     assert ("alertmanager", "prom02", "cluster ready with every peer") in failed(checks)
 
 
+# ---------------------------------------------------------------- pending: not yet known
+
+
+def test_a_replica_that_just_started_is_pending_until_it_has_scraped(stack):
+    stack.started[P2] = NOW - 10
+    for key in stack.targets[P2]:
+        stack.targets[P2][key] = ("unknown", None, "")
+    checks = run(stack)
+    assert failed(checks) == []
+    assert ("prometheus", "prom02", "scraping job dcgm") in pending(checks)
+    assert detail(checks, "prom02", "scraping job node") == (
+        "gpu01 (10.0.0.11:9100) not scraped yet since the replica started 2027-01-15 07:59:50Z"
+    )
+    assert status.overall(checks) == PENDING
+
+
+def test_targets_not_yet_discovered_by_a_young_replica_are_pending(stack):
+    stack.started[P2] = NOW - 3
+    stack.targets[P2] = {}
+    checks = run(stack)
+    assert failed(checks) == []
+    assert "not discovered yet" in detail(checks, "prom02", "scraping job dcgm")
+
+
+def test_a_restarted_daemon_seen_down_before_its_start_is_pending(stack):
+    stack.started[P2] = NOW - 8  # prom02 started again after prom01's last (failed) scrape of it
+    stack.targets[P1][("prometheus", "10.0.0.22:9090")] = ("down", NOW - 12, "connection refused")
+    checks = run(stack)
+    assert ("prometheus", "prom01", "scraping job prometheus") in pending(checks)
+    assert "prom02 (10.0.0.22:9090) restarted" in detail(
+        checks, "prom01", "scraping job prometheus"
+    )
+
+
+def test_a_daemon_seen_down_while_it_was_still_starting_is_pending(stack):
+    stack.started[P2] = NOW - 20
+    stack.targets[P1][("prometheus", "10.0.0.22:9090")] = ("down", NOW - 19, "connection refused")
+    checks = run(stack)
+    assert ("prometheus", "prom01", "scraping job prometheus") in pending(checks)
+
+
+def test_a_daemon_still_down_well_after_its_start_fails(stack):
+    stack.started[P2] = NOW - 120
+    stack.targets[P1][("prometheus", "10.0.0.22:9090")] = ("down", NOW - 3, "connection refused")
+    checks = run(stack)
+    assert ("prometheus", "prom01", "scraping job prometheus") in failed(checks)
+
+
+def test_gpus_are_pending_on_a_replica_that_has_not_scraped_the_exporter_yet(stack):
+    stack.started[P2] = NOW - 10
+    stack.targets[P2][("dcgm", "10.0.0.11:9400")] = ("unknown", None, "")
+    stack.gpus[P2] = []
+    checks = run(stack)
+    gpu_row = row(checks, "gpu01", "8 GPUs in the exporter's metrics")
+    assert gpu_row.state == PENDING
+    assert gpu_row.detail == "prom02 has not scraped the exporter yet"
+
+
+def test_a_replica_answering_503_is_starting_not_failed(stack):
+    stack.not_ready.add(P2)
+    checks = run(stack)
+    assert row(checks, "prom02", "ready").state == PENDING
+    assert "starting" in detail(checks, "prom02", "ready")
+
+
+def test_a_settling_alertmanager_is_pending(stack):
+    stack.am_status["10.0.0.23"] = "settling"
+    checks = run(stack)
+    assert pending(checks) == [("alertmanager", "mon01", "cluster ready with every peer")]
+    assert "settling" in detail(checks, "mon01", "cluster ready with every peer")
+
+
+def test_a_just_started_alertmanager_missing_peers_is_pending(stack):
+    stack.started["http://10.0.0.23:9093"] = NOW - 5
+    stack.am_peers["10.0.0.23"] = ["10.0.0.23:9094"]
+    checks = run(stack)
+    assert row(checks, "mon01", "cluster ready with every peer").state == PENDING
+
+
+def test_wait_checks_again_until_green(stack):
+    stack.not_ready.add(P2)
+    rounds, slept = [], []
+
+    def fetch(url: str) -> Response:
+        if url.endswith("/-/ready") and url.startswith(P2):
+            rounds.append(url)
+            if len(rounds) == 3:
+                stack.not_ready.clear()
+        return stack(url)
+
+    clock = iter(range(0, 1000, 5))
+    checks = status.collect_until(
+        expectation(), fetch, wait_s=60, now=lambda: NOW, sleep=slept.append,
+        monotonic=lambda: next(clock),
+    )  # fmt: skip
+    assert status.overall(checks) == OK
+    assert len(rounds) == 3 and slept == [5.0, 5.0]
+
+
+def test_wait_gives_up_at_the_deadline_with_the_last_round(stack):
+    stack.down.add(P2)
+    clock = iter([0, 30, 61])
+    slept: list[float] = []
+    checks = status.collect_until(
+        expectation(), stack, wait_s=60, now=lambda: NOW, sleep=slept.append,
+        monotonic=lambda: next(clock),
+    )  # fmt: skip
+    assert ("prometheus", "prom02", "ready") in failed(checks)
+    assert slept == [5.0]
+
+
+def test_without_wait_there_is_one_round(stack):
+    stack.down.add(P2)
+    status.collect_until(expectation(), stack, now=lambda: NOW, sleep=pytest.fail)
+    assert sum(1 for u in stack.asked if u == f"{P1}/-/ready") == 1
+
+
+# ---------------------------------------------------------------- loaded = on disk
+
+
+def test_a_rule_file_changed_after_the_last_reload_is_a_reload_owed(stack, hosts):
+    hosts.files["prom01"][1] = (LOADED + 60, f"{RULES}/gpu-alerts.yml")
+    checks = run(stack, hosts)
+    assert failed(checks) == [("prometheus", "prom01", "loaded config = on disk")]
+    assert detail(checks, "prom01", "loaded config = on disk") == (
+        f"reload owed: {RULES}/gpu-alerts.yml changed on disk after the config it runs was "
+        "loaded (2027-01-15 07:30:00Z)"
+    )
+
+
+def test_a_failed_last_reload_fails_naming_the_replica(stack, hosts):
+    stack.reload_ok[P2] = 0.0
+    checks = run(stack, hosts)
+    assert ("prometheus", "prom02", "loaded config = on disk") in failed(checks)
+    assert "the last reload failed" in detail(checks, "prom02", "loaded config = on disk")
+
+
+def test_a_rule_file_loaded_but_gone_from_disk_is_a_reload_owed(stack, hosts):
+    del hosts.files["prom01"][3]  # meta-alerts.yml removed, still loaded
+    checks = run(stack, hosts)
+    assert f"evaluates {RULES}/meta-alerts.yml, no longer on disk" in detail(
+        checks, "prom01", "loaded config = on disk"
+    )
+
+
+def test_a_host_unreachable_over_ssh_fails_its_on_disk_and_driver_checks(stack, hosts):
+    hosts.unreachable |= {"prom02", "gpu01"}
+    checks = run(stack, hosts)
+    assert ("prometheus", "prom02", "loaded config = on disk") in failed(checks)
+    assert ("alertmanager", "prom02", "loaded config = on disk") in failed(checks)
+    assert ("driver", "gpu01", "NVML: loaded driver = installed") in failed(checks)
+    assert "Connection timed out" in detail(checks, "gpu01", "NVML: loaded driver = installed")
+
+
+def test_an_alertmanager_config_changed_on_disk_is_a_reload_owed(stack, hosts):
+    hosts.am_config["mon01"] = AM_CONFIG + b"# edited\n"
+    checks = run(stack, hosts)
+    assert failed(checks) == [("alertmanager", "mon01", "loaded config = on disk")]
+    assert "alertmanager.yml on disk differs from the config it runs" in detail(
+        checks, "mon01", "loaded config = on disk"
+    )
+
+
+def test_an_alertmanager_template_newer_than_its_reload_is_a_reload_owed(stack, hosts):
+    template = "/etc/alertmanager/templates/slack.tmpl"
+    hosts.templates["prom01"] = [(LOADED + 5, template)]
+    peers = [
+        Peer(h, f"http://{a}:9093", f"{a}:9094", templates=(template,)) for h, a in AMS.items()
+    ]
+    checks = run(stack, hosts, alertmanagers=peers)
+    assert f"templates {template} changed" in detail(
+        checks, "prom01", "loaded config = on disk", "alertmanager"
+    )
+    assert row(checks, "prom02", "loaded config = on disk", "alertmanager").ok
+
+
+def test_alertmanager_config_hash_is_the_md5_of_the_file_as_alertmanager_computes_it():
+    # Observed: Alertmanager 0.25.0 (the lab's) serving exactly AM_CONFIG exported
+    # alertmanager_config_hash 1.7996757767074e+13.
+    assert md5_metric_value(md5_of(AM_CONFIG)) == 1.7996757767074e13
+
+
+def test_replicas_evaluating_different_rules_fail_naming_group_and_rule(stack):
+    stack.rules[P2] = [{"name": "R", "query": "up == 1", "health": "ok", "type": "alerting"}]
+    checks = run(stack)
+    assert ("prometheus", "*", "replicas evaluate the same rules") in failed(checks)
+    assert detail(checks, "*", "replicas evaluate the same rules").startswith(
+        "prom01 and prom02 evaluate different rules: differ: gpu-alerts.yml:g-gpu-alerts.yml (R)"
+    )
+
+
+def test_alertmanagers_running_different_configs_fail(stack):
+    stack.am_hash["10.0.0.23"] = 1.0
+    checks = run(stack)
+    assert ("alertmanager", "*", "peers run the same config") in failed(checks)
+    assert detail(checks, "*", "peers run the same config") == (
+        "different configs loaded: prom01+prom02 vs mon01"
+    )
+
+
+class DeadSession:
+    """A pooled connection whose session died: every command fails until it is closed."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.closed = name, False
+
+    def run(self, command: str, **kw: Any) -> Any:
+        raise HostUnreachable(f"{self.name}: connection lost")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_dead_ssh_session_is_closed_so_the_next_round_reconnects(stack, hosts):
+    from deployer.connection import ConnectionPool
+
+    opened: list[str] = []
+
+    def opener(host: str) -> Any:
+        opened.append(host)
+        return DeadSession(host) if opened.count(host) == 1 and host == "prom02" else hosts(host)
+
+    pool = ConnectionPool(opener)
+    clock = iter(range(0, 1000, 5))
+    checks = status.collect_until(
+        expectation(), stack, pool.get, wait_s=60, now=lambda: NOW, sleep=lambda s: None,
+        monotonic=lambda: next(clock),
+    )  # fmt: skip
+    assert status.overall(checks) == OK
+    assert opened.count("prom02") == 2 and opened.count("prom01") == 1
+
+
+def test_api_only_reads_no_host_and_says_so(stack):
+    checks = run(stack, None)
+    assert not [c for c in checks if c.check in ("loaded config = on disk",)]
+    assert not [c for c in checks if c.component == "driver"]
+    assert "skipped (--api-only)" in detail(checks, "-", "over SSH")
+
+
+def test_the_host_commands_are_read_only(stack, hosts):
+    run(stack, hosts)
+    commands = [c for conn in hosts.conns.values() for c in conn.commands]
+    assert FACTS_SCRIPT in commands
+    others = [c for c in commands if c != FACTS_SCRIPT]
+    assert others and all(c.startswith(("find ", "echo @@md5; md5sum")) for c in others)
+
+
+# ---------------------------------------------------------------- the driver seen on GPU hosts
+
+
+def test_an_nvml_version_mismatch_fails_naming_the_host(stack, hosts):
+    hosts.smi["gpu01"] = (
+        "@@smi\nFailed to initialize NVML: Driver/library version mismatch\n"
+        "NVML library version: 595.45.04\n@@smi_rc\nrc=18\n"
+    )
+    checks = run(stack, hosts)
+    assert failed(checks) == [("driver", "gpu01", "NVML: loaded driver = installed")]
+    assert detail(checks, "gpu01", "NVML: loaded driver = installed").startswith(
+        "NVML version mismatch: nvidia-smi: Failed to initialize NVML: Driver/library version "
+        "mismatch (installed 580.65.06, kernel module loaded 580.65.06)"
+    )
+
+
+# ---------------------------------------------------------------- Thanos
+
+
 def test_thanos_not_deployed_is_reported_but_not_a_failure(stack):
-    checks = status.collect(expectation(), stack)
-    row = next(c for c in checks if c.component == "thanos")
-    assert row.ok and "not deployed" in row.detail
+    checks = run(stack)
+    r = next(c for c in checks if c.component == "thanos")
+    assert r.ok and "not deployed" in r.detail
 
 
 def test_thanos_components_must_be_ready_when_deployed(stack):
@@ -205,7 +664,7 @@ def test_thanos_components_must_be_ready_when_deployed(stack):
         thanos_queries=[Endpoint("mon01", "http://10.0.0.23:19192")],
     )
     stack.down.add("http://10.0.0.23:19192")
-    checks = status.collect(exp, stack)
+    checks = status.collect(exp, stack, now=lambda: NOW)
     assert failed(checks) == [("thanos query", "mon01", "ready")]
     assert ("thanos sidecar", "prom01", "ready") in {(c.component, c.host, c.check) for c in checks}
 
@@ -236,7 +695,7 @@ def test_query_with_every_sidecar_as_a_healthy_store_is_green(stack):
         stack,
         [{"name": "10.0.0.21:10901", "lastError": None}, {"name": "10.0.0.22:10901"}],
     )
-    checks = status.collect(thanos_expectation(), fetch)
+    checks = status.collect(thanos_expectation(), fetch, now=lambda: NOW)
     assert failed(checks) == []
     assert detail(checks, "mon01", "every sidecar a store") == "2/2 sidecars"
 
@@ -246,36 +705,44 @@ def test_query_missing_or_failing_a_sidecar_store_fails_naming_it(stack):
         stack,
         [{"name": "10.0.0.21:10901", "lastError": "connection refused"}],
     )
-    checks = status.collect(thanos_expectation(), fetch)
+    checks = status.collect(thanos_expectation(), fetch, now=lambda: NOW)
     assert failed(checks) == [("thanos query", "mon01", "every sidecar a store")]
     assert detail(checks, "mon01", "every sidecar a store") == (
         "not healthy stores: 10.0.0.21:10901, 10.0.0.22:10901"
     )
 
 
-def test_only_the_expected_addresses_are_asked(stack):
-    status.collect(expectation(), stack)
-    hosts = {urllib.parse.urlsplit(u).hostname for u in stack.asked}
-    assert hosts == {"10.0.0.21", "10.0.0.22", "10.0.0.23"}
+# ---------------------------------------------------------------- where it asks, what it prints
 
 
-def test_json_and_table_name_the_failures(stack):
+def test_only_the_expected_addresses_are_asked(stack, hosts):
+    run(stack, hosts)
+    asked = {urllib.parse.urlsplit(u).hostname for u in stack.asked}
+    assert asked == {"10.0.0.21", "10.0.0.22", "10.0.0.23"}
+    assert set(hosts.conns) == {"prom01", "prom02", "mon01", "gpu01"}
+
+
+def test_json_names_failures_and_pending_with_their_state(stack):
     stack.down.add(P2)
-    checks = status.collect(expectation(), stack)
+    stack.am_status["10.0.0.23"] = "settling"
+    checks = run(stack)
     data = status.to_json(checks)
-    assert data["ok"] is False
+    assert data["ok"] is False and data["state"] == FAILED
     assert data["failed"] == [
         {
             "component": "prometheus",
             "host": "prom02",
             "check": "ready",
+            "state": "failed",
             "ok": False,
             "detail": detail(checks, "prom02", "ready"),
         }
     ]
+    assert [(p["host"], p["state"]) for p in data["pending"]] == [("mon01", "pending")]
     text = status.table(checks)
     assert text.splitlines()[0].split()[:4] == ["COMPONENT", "HOST", "CHECK", "RESULT"]
     assert any("prom02" in ln and "FAILED" in ln for ln in text.splitlines())
+    assert any("mon01" in ln and "PENDING" in ln for ln in text.splitlines())
 
 
 # ---------------------------------------------------------------- HTTP for real (loopback only)
@@ -324,7 +791,7 @@ all:
     gpu01: {ansible_host: 192.0.2.11, gpu_model: H100, gpu_count: 8}
     gpu02: {ansible_host: 192.0.2.12, gpu_model: A100, gpu_count: 4}
     prom01: {ansible_host: 192.0.2.21}
-    prom02: {ansible_host: 192.0.2.22}
+    prom02: {ansible_host: 192.0.2.22, ansible_user: ops}
     mon01: {ansible_host: 192.0.2.23}
   children:
     gpu: {hosts: {gpu01: {}, gpu02: {}}}
@@ -337,19 +804,42 @@ all:
 def test_expectation_follows_the_inventory_and_role_variables(tmp_path: Path):
     inv = tmp_path / "inventory.yml"
     inv.write_text(INVENTORY)
-    exp = status.load_expectation(inv, ["prometheus_port=9091"])
+    exp = status.load_expectation(
+        inv, ["prometheus_port=9091", "prometheus_rule_files_dir=/srv/rules"]
+    )
     assert [(r.host, r.url, r.replica) for r in exp.replicas] == [
         ("prom01", "http://192.0.2.21:9091", "prom01"),
         ("prom02", "http://192.0.2.22:9091", "prom02"),
     ]
+    assert exp.replicas[0].config_file == "/etc/prometheus/prometheus.yml"
+    assert exp.replicas[0].rule_files == "/srv/rules/*.yml"
     assert [p.cluster_address for p in exp.alertmanagers] == [
         "192.0.2.21:9094",
         "192.0.2.22:9094",
         "192.0.2.23:9094",
     ]
+    assert exp.alertmanagers[0].config_file == "/etc/alertmanager/alertmanager.yml"
     assert exp.gpus == {"gpu01": 8, "gpu02": 4}
+    assert exp.gpu_hosts == ["gpu01", "gpu02"]
     assert Target("dcgm", "192.0.2.12:9400", "gpu02") in exp.targets
     assert not exp.thanos_active
+
+
+def test_expectation_knows_how_to_reach_every_host_it_reads(tmp_path: Path):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(INVENTORY)
+    exp = status.load_expectation(inv)
+    assert set(exp.ssh) == {"gpu01", "gpu02", "prom01", "prom02", "mon01"}
+    assert (exp.ssh["prom02"].address, exp.ssh["prom02"].user) == ("192.0.2.22", "ops")
+
+
+def test_alertmanager_templates_relative_to_the_config_directory(tmp_path: Path):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(INVENTORY)
+    exp = status.load_expectation(
+        inv, [json.dumps({"alertmanager_templates": ["t/*.tmpl", "/srv/x.tmpl"]})]
+    )
+    assert exp.alertmanagers[0].templates == ("/etc/alertmanager/t/*.tmpl", "/srv/x.tmpl")
 
 
 def test_expectation_includes_thanos_when_enabled(tmp_path: Path):
@@ -372,3 +862,35 @@ def test_an_inventory_without_monitoring_hosts_is_an_input_error(tmp_path: Path)
     )
     with pytest.raises(InputError, match="nothing to check"):
         status.load_expectation(inv)
+
+
+# ---------------------------------------------------------------- the command
+
+
+@pytest.mark.parametrize(
+    ("states", "exit_code"),
+    [([OK, OK], 0), ([OK, PENDING], 3), ([PENDING, FAILED], 1)],
+    ids=["green", "only-pending", "failed"],
+)
+def test_the_status_command_exit_code_says_green_pending_or_failed(
+    monkeypatch, tmp_path: Path, states: list[str], exit_code: int
+):
+    from click.testing import CliRunner
+
+    from deployer.cli import cli
+
+    rows = [Check("prometheus", f"prom0{i}", "ready", s, "d") for i, s in enumerate(states)]
+    asked: dict[str, Any] = {}
+
+    def collect_until(exp: Any, fetch: Any, hosts: Any, *, wait_s: float) -> list[Check]:
+        asked.update(hosts=hosts, wait_s=wait_s)
+        return rows
+
+    monkeypatch.setattr(status, "load_expectation", lambda inv, extra: expectation())
+    monkeypatch.setattr(status, "collect_until", collect_until)
+    result = CliRunner().invoke(
+        cli, ["status", "-i", str(tmp_path), "--api-only", "--wait", "7", "--output", "json"]
+    )
+    assert result.exit_code == exit_code, result.output
+    assert asked == {"hosts": None, "wait_s": 7}
+    assert json.loads(result.stdout)["state"] == max(states, key=[OK, PENDING, FAILED].index)

@@ -1,0 +1,191 @@
+"""What ``gpumon-deploy status`` expects to find running: the stack the inventory describes, each
+role host's variables resolved as ``up`` resolves them (role defaults < group < host < extra vars).
+
+Pure data: the replicas, Alertmanager peers, scrape targets, GPUs per node, GPU hosts and Thanos
+endpoints, with the paths of the files each daemon loads and how to reach each host over SSH.
+Building it touches no host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deployer import file_sd
+from deployer.connection import SSHTarget
+from deployer.errors import InputError
+from deployer.file_sd import Target, truthy
+from deployer.status_gpus import presence_metric
+
+
+@dataclass(frozen=True)
+class Replica:
+    host: str
+    url: str  # http://address:port
+    replica: str
+    cluster: str
+    replica_label: str
+    cluster_label: str
+    config_file: str = "/etc/prometheus/prometheus.yml"
+    rule_files: str = "/etc/prometheus/rules/*.yml"  # the glob of prometheus.yml's rule_files
+
+
+@dataclass(frozen=True)
+class Peer:
+    host: str
+    url: str
+    cluster_address: str  # the advertise address:port the other peers know it by
+    config_file: str = "/etc/alertmanager/alertmanager.yml"
+    templates: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    url: str
+
+
+@dataclass
+class StackExpectation:
+    """What the inventory says should be running."""
+
+    replicas: list[Replica] = field(default_factory=list)
+    alertmanagers: list[Peer] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
+    gpus: dict[str, int] = field(default_factory=dict)
+    gpu_metric: str = field(default_factory=presence_metric)
+    gpu_hosts: list[str] = field(default_factory=list)  # hosts of the GPU driver play
+    thanos_active: bool = False
+    thanos_sidecars: list[Endpoint] = field(default_factory=list)
+    thanos_queries: list[Endpoint] = field(default_factory=list)
+    thanos_stores: list[str] = field(default_factory=list)  # sidecar gRPC host:port
+    ssh: dict[str, SSHTarget] = field(default_factory=dict)  # how to reach each host above
+
+
+# ---------------------------------------------------------------- expectation from the inventory
+
+
+def expect(
+    prometheus_vars: Mapping[str, Mapping[str, Any]],
+    alertmanager_vars: Mapping[str, Mapping[str, Any]],
+    query_vars: Mapping[str, Mapping[str, Any]],
+) -> StackExpectation:
+    """The expected stack from each role host's resolved variables (role defaults included):
+    ``prometheus_vars[host]`` for the hosts of the Prometheus play, and so on."""
+    exp = StackExpectation()
+    first: Mapping[str, Any] | None = None
+    for host, v in prometheus_vars.items():
+        first = first or v
+        address = str(v.get("ansible_host", host))
+        exp.replicas.append(
+            Replica(
+                host=host,
+                url=f"http://{address}:{v['prometheus_port']}",
+                replica=str(v["prometheus_replica"]),
+                cluster=str(v["prometheus_cluster"]),
+                replica_label=str(v["prometheus_replica_label"]),
+                cluster_label=str(v["prometheus_cluster_label"]),
+                config_file=f"{v['prometheus_config_dir']}/prometheus.yml",
+                rule_files=f"{v['prometheus_rule_files_dir']}/*.yml",
+            )
+        )
+        if truthy(v["prometheus_thanos_sidecar"]):
+            exp.thanos_active = True
+            exp.thanos_sidecars.append(
+                Endpoint(host, f"http://{address}:{v['prometheus_thanos_sidecar_http_port']}")
+            )
+            exp.thanos_stores.append(f"{address}:{v.get('thanos_sidecar_grpc_port', 10901)}")
+    if first is not None:
+        exp.targets = file_sd.expected_targets(first)
+        hostvars = first["hostvars"]
+        for node in file_sd.members(first, [first["prometheus_gpu_group"]]):
+            count = hostvars[node].get("gpu_count")
+            if count is not None:
+                exp.gpus[node] = int(count)
+    for host, v in alertmanager_vars.items():
+        address = str(v.get("ansible_host", host))
+        config_dir = str(v["alertmanager_config_dir"])
+        exp.alertmanagers.append(
+            Peer(
+                host=host,
+                url=f"http://{address}:{v['alertmanager_port']}",
+                cluster_address=f"{v['alertmanager_advertise_address']}:{v['alertmanager_cluster_port']}",
+                config_file=f"{config_dir}/alertmanager.yml",
+                # Alertmanager reads relative template paths from the config file's directory.
+                templates=tuple(
+                    t if str(t).startswith("/") else f"{config_dir}/{t}"
+                    for t in (v.get("alertmanager_templates") or [])
+                ),
+            )
+        )
+    for host, v in query_vars.items():
+        if truthy(v["thanos_active"]):
+            exp.thanos_active = True
+            address = str(v.get("ansible_host", host))
+            exp.thanos_queries.append(
+                Endpoint(host, f"http://{address}:{v['thanos_query_http_port']}")
+            )
+    return exp
+
+
+def load_expectation(
+    inventory: Path, extra_vars: list[str] | None = None, site: Path | None = None
+) -> StackExpectation:
+    """The expectation for an inventory: each role host's variables resolved as ``up`` resolves
+    them (the site's plays, role defaults < group < host < extra vars). Touches no host."""
+    from deployer.hostpattern import NoHostsMatched, select
+    from deployer.plan import Planner
+    from deployer.roles import load_site
+    from deployer.session import (
+        DEFAULT_ROLES,
+        DEFAULT_SITE,
+        SHARED_TEMPLATES,
+        DeploySession,
+        RunOptions,
+        ssh_target,
+        validation_facts,
+    )
+
+    session = DeploySession.load(
+        RunOptions(inventory=inventory, extra_vars=list(extra_vars or [])), plan=False
+    )
+    plays = load_site(site or DEFAULT_SITE)
+    roles_path = [DEFAULT_ROLES] if site is None else [site.parent / "roles", DEFAULT_ROLES]
+    planner = Planner(session.inventory, roles_path, SHARED_TEMPLATES)
+
+    def hosts_of(role: str) -> tuple[Any, list[str]]:
+        play = next((p for p in plays if role in p.roles), None)
+        if play is None:
+            return None, []
+        try:
+            return play, [h.name for h in select(session.inventory, play.hosts)]
+        except NoHostsMatched:
+            return play, []
+
+    def variables_of(role: str) -> dict[str, Mapping[str, Any]]:
+        play, hosts = hosts_of(role)
+        out: dict[str, Mapping[str, Any]] = {}
+        for h in hosts:
+            planner.extra_context = {"facts": validation_facts(h).to_json()}
+            out[h] = planner.host_vars(h, play)
+        return out
+
+    exp = expect(
+        variables_of("prometheus"), variables_of("alertmanager"), variables_of("thanos_query")
+    )
+    if not exp.replicas and not exp.alertmanagers:
+        raise InputError(
+            "no host of the inventory is in a Prometheus or Alertmanager play of the site: "
+            "nothing to check",
+            source=str(inventory),
+        )
+    exp.gpu_hosts = hosts_of("nvidia_driver")[1]
+    for h in [
+        *exp.gpu_hosts,
+        *(r.host for r in exp.replicas),
+        *(p.host for p in exp.alertmanagers),
+    ]:
+        exp.ssh[h] = ssh_target(session.inventory.connection(h))
+    return exp
