@@ -36,13 +36,19 @@ def driver_check(host: str, facts: HostFacts | None, error: str | None) -> Check
     if facts.nvidia_smi == "error":
         message = (facts.nvidia_smi_error or "").strip().splitlines()
         said = message[0] if message else "failed"
-        if "version mismatch" in (facts.nvidia_smi_error or "").lower():
+        if facts.nvml_mismatch:
             return Check(
                 COMPONENT,
                 host,
                 CHECK,
                 FAILED,
-                f"NVML version mismatch: nvidia-smi: {said} ({_versions(facts)}): "
+                f"NVML version mismatch: nvidia-smi: {said} ({_versions(facts)})"
+                + (
+                    f", user-space NVML {facts.nvml_library_version}"
+                    if facts.nvml_library_version
+                    else ""
+                )
+                + ": "
                 "CUDA jobs fail until the host is rebooted (gpumon-deploy upgrade-driver "
                 "drains and reboots)",
             )

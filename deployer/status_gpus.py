@@ -28,7 +28,7 @@ def presence_metric() -> str:
     """The one DCGM field status counts GPUs on (its only use of a field name): GPU temperature,
     in dcgm-exporter's default counters at every version in the fixtures, and emitted for every
     GPU, MIG instances and boards without a memory sensor included (L40S, A800 captures)."""
-    return dcgm_fields.FIELDS["DCGM_FI_DEV_GPU_TEMP"].name
+    return dcgm_fields.metric("gpu_temp")
 
 
 def gpu_query(metric: str, since: float | None = None, job: str = "dcgm") -> str:
