@@ -57,6 +57,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from deployer.booleans import as_boolean
 from deployer.errors import InputError, PlanRefused
 from deployer.yamlsrc import SourceDict, load_yaml_file
 
@@ -459,16 +460,6 @@ class HostPlan:
         return dataclasses.replace(self, driver_version=target.version, driver_branch=target.branch)
 
 
-def _as_bool(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1"):
-        return True
-    if isinstance(value, str) and value.strip().lower() in ("false", "no", "off", "0"):
-        return False
-    return None
-
-
 def plan_from_vars(
     host: str,
     variables: Mapping[str, Any],
@@ -514,7 +505,7 @@ def plan_from_vars(
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise bad("gpu_count", f"expected a positive integer, got {count!r}")
 
-    nvswitch = _as_bool(variables.get("nvswitch", False))
+    nvswitch = as_boolean(variables.get("nvswitch", False))
     if nvswitch is None:
         raise bad("nvswitch", f"expected true or false, got {variables.get('nvswitch')!r}")
 

@@ -43,6 +43,7 @@ from functools import cache
 from typing import Any
 
 from deployer import compat, dcgm_fields
+from deployer.booleans import as_boolean
 from deployer.driver_record import RECORD_PATH, DriverRecord
 from deployer.errors import InputError, PlanRefused
 from deployer.facts import HostFacts
@@ -205,7 +206,6 @@ def _resolve(host: str, variables: Mapping[str, Any], names: list[str] | None):
 
 _CHOICES = {"nvidia_driver_reboot": ("never", "if_required")}
 _BOOLEANS = ("nvidia_driver_reboot_force", "nvidia_persistenced_persistence_mode")
-_BOOL_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0")
 
 
 def check_role_vars(host: str, variables: Mapping[str, Any]) -> None:
@@ -217,7 +217,7 @@ def check_role_vars(host: str, variables: Mapping[str, Any]) -> None:
             )
     for key in _BOOLEANS:
         value = variables.get(key, False)
-        if not isinstance(value, bool) and str(value).strip().lower() not in _BOOL_WORDS:
+        if as_boolean(value) is None:
             raise InputError(f"host {host}: {value!r} is not true or false", key=key)
 
 

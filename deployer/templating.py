@@ -19,6 +19,7 @@ import yaml
 from jinja2 import StrictUndefined
 
 from deployer import file_sd
+from deployer.booleans import truthy
 from deployer.errors import InputError
 from deployer.secrets import MASK, is_secret_path
 
@@ -40,12 +41,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
-
-
-def _to_bool(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in {"yes", "true", "on", "1"}
-    return bool(value)
 
 
 def _regex_replace(value: str, pattern: str, replacement: str = "") -> str:
@@ -73,7 +68,7 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
         to_nice_yaml=_to_yaml,
         to_json=_to_json,
         to_nice_json=lambda v: _to_json(v, indent=2),
-        bool=_to_bool,
+        bool=truthy,
         quote=lambda v: shlex.quote(str(v)),
         regex_replace=_regex_replace,
         mandatory=_mandatory,

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from deployer.booleans import as_boolean
 from deployer.connection import CommandFailed, CommandResult
 
 
@@ -210,12 +211,10 @@ class Module:
 
 
 def _coerce_bool(key: str, value: str) -> bool:
-    low = value.strip().lower()
-    if low in {"yes", "true", "on", "1"}:
-        return True
-    if low in {"no", "false", "off", "0"}:
-        return False
-    raise ArgError(key, f"expected a boolean, got {value!r}")
+    found = as_boolean(value)
+    if found is None:
+        raise ArgError(key, f"expected a boolean, got {value!r}")
+    return found
 
 
 def _type_name(t: type | tuple[type, ...]) -> str:
