@@ -139,8 +139,7 @@ class DeploySession:
                 context["gpu_plan"] = gpu_plan.template_plan(
                     h, self.driver_choice(h).variables, found, self.driver_records.get(h)
                 )
-            planner.extra_context = context
-            self.plans.append(planner.plan_host(h, per_host[h]))
+            self.plans.append(planner.plan_host(h, per_host[h], context))
 
     def _open(self, host: str) -> SSHConnection:
         return SSHConnection(ssh_target(self.inventory.connection(host)))
@@ -224,14 +223,18 @@ class DeploySession:
             )
         return refused
 
+    def gpu_roles(self) -> tuple[str, ...]:
+        """The GPU roles the site applies, in site order: the scope of a GPU host's plan (every
+        one of them reads ``gpu_plan``, so their defaults together feed it)."""
+        found = [r for play in self.plays for r in play.roles if r in preflight.GPU_ROLES]
+        return tuple(dict.fromkeys(found))
+
     def host_variables(self, host: str) -> dict[str, Any]:
-        """A host's variables with the defaults of every role the site applies to it."""
-        defaults: dict[str, Any] = {}
-        if self.planner is not None:
-            for play in self.plays:
-                for r in play.roles:
-                    defaults.update(self.planner.role(r).defaults)
-        return dict(self.inventory.resolve_vars(host, defaults))
+        """A GPU host's variables in the scope of the GPU roles (``Planner.variables``: the one
+        rule, the same a play's tasks see in the scope of the play's roles)."""
+        if self.planner is None:
+            return dict(self.inventory.resolve_vars(host))
+        return self.planner.variables(host, self.gpu_roles())
 
     def converge(
         self,

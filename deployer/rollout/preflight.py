@@ -122,16 +122,10 @@ def rendered_vars(session: DeploySession, host: str, facts: HostFacts) -> dict[s
     planner = session.planner
     if planner is None:
         return out
-    planner.extra_context = {"facts": facts.to_json()}
-    done: set[str] = set()
-    for play in session.plays:
-        if not set(play.roles) & set(GPU_ROLES):
-            continue
-        scope = planner.host_vars(host, play)
-        for key in ROLE_KEYS:
-            if key not in done and key in scope:
-                out[key] = scope[key]
-                done.add(key)
+    scope = planner.scope(host, session.gpu_roles(), {"facts": facts.to_json()})
+    for key in ROLE_KEYS:
+        if key in scope:
+            out[key] = scope[key]
     return out
 
 

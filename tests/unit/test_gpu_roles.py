@@ -59,11 +59,11 @@ def planned(variables: dict[str, Any], facts: dict[str, str] = DEBIAN) -> dict[s
     for play in plays:
         defaults.update(planner.play_defaults(play))
     host_facts = HostFacts(host="g1", **facts)
-    planner.extra_context = {
+    context = {
         "facts": host_facts.to_json(),
         "gpu_plan": gpu_plan.template_plan("g1", {**defaults, **variables}, host_facts),
     }
-    plan = planner.plan_host("g1", plays)
+    plan = planner.plan_host("g1", plays, context)
     out: dict[str, Any] = {}
     for hp in plan.plays:
         for t in [*hp.tasks, *hp.handlers.values()]:
