@@ -583,6 +583,13 @@ class ConnectionPool:
                 self._conns[host] = conn
             return conn
 
+    def drop(self, host: str) -> None:
+        """Close ``host``'s connection (the next ``get`` opens a new one)."""
+        with self._lock:
+            conn = self._conns.pop(host, None)
+        if conn is not None:
+            conn.close()
+
     def close_all(self) -> None:
         with self._lock:
             conns, self._conns = list(self._conns.values()), {}

@@ -282,6 +282,7 @@ class Executor:
             status=Status.OK,
             handler=task.handler,
             source=task.where,
+            tags=task.tags,
         )
         module, args = task.module, task.args
         # Check mode predicts what the real run would report: a task whose module never reports

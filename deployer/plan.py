@@ -53,6 +53,8 @@ class PlannedTask:
     notify: tuple[str, ...] = ()
     secret_args: frozenset[str] = frozenset()
     handler: bool = False
+    # The task's tags with its play's: how a caller finds a task (never by its name).
+    tags: frozenset[str] = frozenset()
     # (peer host, readiness URL): the engine takes this task's service down only while every
     # peer answers (deployer/executor.py, the HA invariant).
     ha_peers: tuple[tuple[str, str], ...] = ()
@@ -229,7 +231,11 @@ class Planner:
                 for task in role.tasks:
                     if not self._selected(task, play):
                         continue
-                    tasks.extend(self._expand(role, task, variables, handler=False))
+                    tasks.extend(
+                        self._expand(
+                            role, task, variables, handler=False, tags=task.tags | play.tags
+                        )
+                    )
                 for h in role.handlers:
                     planned = self._expand(role, h, variables, handler=True)
                     if planned:
@@ -329,7 +335,13 @@ class Planner:
         return bool(tags & self.tags) or ALWAYS in tags
 
     def _expand(
-        self, role: Role, task: Task, variables: Mapping[str, Any], *, handler: bool
+        self,
+        role: Role,
+        task: Task,
+        variables: Mapping[str, Any],
+        *,
+        handler: bool,
+        tags: frozenset[str] = frozenset(),
     ) -> list[PlannedTask]:
         items: list[Any] = [None]
         if task.loop is not None:
@@ -356,11 +368,17 @@ class Planner:
                     )
                 if not cond:
                     continue
-            out.append(self._concrete(role, task, scope, item, handler))
+            out.append(self._concrete(role, task, scope, item, handler, tags))
         return out
 
     def _concrete(
-        self, role: Role, task: Task, scope: Mapping[str, Any], item: Any, handler: bool
+        self,
+        role: Role,
+        task: Task,
+        scope: Mapping[str, Any],
+        item: Any,
+        handler: bool,
+        tags: frozenset[str],
     ) -> PlannedTask:
         if task.module == META:
             return PlannedTask(
@@ -394,6 +412,7 @@ class Planner:
             notify=task.notify,
             secret_args=frozenset(module.secret_args(args)),
             handler=handler,
+            tags=tags,
             ha_peers=(
                 self._ha_peers(task, scope, str(scope["inventory_hostname"]))
                 if task.ha_peers is not None

@@ -19,7 +19,7 @@ from deployer import compat, driver_record
 from deployer import preflight as engine_preflight
 from deployer.errors import InputError, PlanRefused
 from deployer.facts import HostFacts
-from deployer.session import DeploySession, RunOptions
+from deployer.session import DeploySession
 
 GPU_ROLES = ("nvidia_driver", "dcgm", "dcgm_exporter")
 # Role variables the rollout reads, rendered for the host (they may be templates).
@@ -31,12 +31,6 @@ ROLE_KEYS = (
     "dcgm_exporter_scrape_user",
     "dcgm_exporter_scrape_password",
 )
-
-
-def target_vars(target: compat.DriverTarget) -> list[str]:
-    """Extra variables that point the GPU roles at the target driver (they override the
-    inventory's nvidia_driver_version / nvidia_driver_branch)."""
-    return [f"nvidia_driver_version={target.version}", f"nvidia_driver_branch={target.branch}"]
 
 
 @dataclass
@@ -129,15 +123,12 @@ def rendered_vars(session: DeploySession, host: str, facts: HostFacts) -> dict[s
     return out
 
 
-def load_session(inventory: Any, limit: str | None, extra_vars: list[str]) -> DeploySession:
-    """The selected GPU hosts with the inventory's variables (the target is applied to each
-    host's plan, ``HostPlan.retarget``, so that what the inventory says is still known),
-    role defaults included; templates checked before any connection."""
-    session = DeploySession.load(
-        RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars)), plan=False
-    )
+def select_gpu_hosts(session: DeploySession) -> None:
+    """Narrow the session to the selected GPU hosts (the run's hosts), every one of them planned
+    before any connection (templates checked). None selected is an input error."""
     gpu = engine_preflight.gpu_hosts(session.inventory, session.hosts)
     if not gpu:
+        limit = session.options.limit
         raise InputError(
             "no GPU host selected: upgrade-driver works on the hosts of the inventory group "
             f"'{engine_preflight.GPU_GROUP}'" + (f" matching --limit {limit}" if limit else ""),
@@ -145,14 +136,15 @@ def load_session(inventory: Any, limit: str | None, extra_vars: list[str]) -> De
         )
     session.hosts = gpu
     session.build_plan()
-    return session
 
 
-def run_preflight(inventory: Any, limit: str | None, extra_vars: list[str], to: str) -> Preflight:
+def run_preflight(session: DeploySession, to: str) -> Preflight:
+    """The target ``to`` for every GPU host the session selects: their facts read, each one's
+    inventory plan retargeted (``HostPlan.retarget``, so that what the inventory says is still
+    known) and checked against the matrix."""
     target = compat.resolve_target(to)
-    session = load_session(inventory, limit, extra_vars)
+    select_gpu_hosts(session)
     session.gather_facts(list(session.hosts))
-    refusals: list[compat.Refusal] = []
     hosts: dict[str, HostTarget] = {}
     plans = []
     for h in session.hosts:

@@ -44,3 +44,12 @@ def test_each_hosts_context_reaches_only_that_hosts_plan(tmp_path):
         "os_version"
     ] == "12"  # fmt: skip
     assert not hasattr(session.planner, "extra_context")
+
+
+def test_an_inventory_without_a_monitoring_tier_gives_an_empty_one_by_data(tmp_path):
+    from deployer.rollout import monitoring
+
+    inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}})
+    session = DeploySession.load(RunOptions(inventory=inv), plan=False)
+    tier = monitoring.load(session)
+    assert not tier.exists and tier.alertmanagers == [] and tier.replicas == []
