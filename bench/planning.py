@@ -121,7 +121,8 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
         path.write_text(inventory_yaml(n))
 
     t = start()
-    from deployer import compat, file_sd, memory, preflight
+    from deployer import file_sd, memory
+    from deployer.gpu import preflight, rules
     from deployer.inventory import load_inventory
     from deployer.plan import Planner
     from deployer.roles import Play
@@ -147,7 +148,7 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     t = start()
     gpu = preflight.gpu_hosts(inventory, hosts)
     plans = preflight.host_plans(inventory, gpu, variables, None)
-    refused = compat.check(plans)
+    refused = rules.check(plans)
     stage("compatibility_check", t)
 
     t = start()

@@ -30,7 +30,7 @@ EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
 def _fail_input(exc: InputError) -> None:
     click.echo(f"error: {exc}", err=True)
-    if getattr(exc, "hosts_read", False):  # refused on the hosts' facts (deployer/preflight.py)
+    if getattr(exc, "hosts_read", False):  # refused on the hosts' facts (deployer/gpu/preflight.py)
         click.echo("nothing was changed; the hosts were only read", err=True)
     else:
         click.echo("nothing was changed; no host was contacted", err=True)

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployer import driver_record, gpu_plan, memory, preflight
 from deployer import inventory as inv
+from deployer import memory
 from deployer.connection import ConnectionPool, SSHConnection, SSHTarget
 from deployer.errors import HostUnreachable, InputError
 from deployer.executor import DEFAULT_FORKS, Events, Executor, NoEvents
 from deployer.facts import HostFacts, gather
+from deployer.gpu import driver_record, gpu_plan, preflight
 from deployer.hostpattern import NoHostsMatched, select
 from deployer.plan import EMPTY, HostPlan, Planner
 from deployer.report import ConsoleReporter, write_json
@@ -190,7 +191,7 @@ class DeploySession:
                 found = (facts or {}).get(h)
                 context: dict[str, Any] = {"facts": (found or validation_facts(h)).to_json()}
                 if h in gpu:
-                    # The GPU roles read the resolved compatibility plan (deployer/gpu_plan.py),
+                    # The GPU roles read the resolved compatibility plan (deployer/gpu/gpu_plan.py),
                     # for the driver the host is to run (preflight.choose_driver).
                     context["gpu_plan"] = gpu_plan.template_plan(
                         h,

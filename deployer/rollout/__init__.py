@@ -9,7 +9,7 @@ Modules: ``options`` (the run's choices, persisted as given), ``state`` (steps, 
 record, atomic writes), ``batching`` (canary, batches,
 max-unavailable / max-failures arithmetic), ``drain`` (Slurm, Kubernetes, command hooks),
 ``silences`` (Alertmanager API v2), ``hostops`` (on-host shell: jobs, stop, reload, probe),
-``preflight`` (the matrix for the target on every host), ``monitoring`` (Alertmanager peers and
+``host_targets`` (the target on every host, checked against the matrix), ``monitoring`` (Alertmanager peers and
 Prometheus replicas from the inventory), ``validation``, ``controller`` (the run), ``view`` (live
 table, plan text, JSON report), ``command`` (the CLI entry).
 

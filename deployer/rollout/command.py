@@ -23,8 +23,8 @@ from deployer.rollout import monitoring
 from deployer.rollout.batching import plan_batches
 from deployer.rollout.controller import Rollout, initial_record_skips
 from deployer.rollout.drain import DrainHook, make_hook, node_name
+from deployer.rollout.host_targets import Preflight, run_preflight
 from deployer.rollout.options import RolloutOptions
-from deployer.rollout.preflight import Preflight, run_preflight
 from deployer.rollout.silences import host_matchers
 from deployer.rollout.state import HostRecord, RunRecord, StateStore, new_run_id
 from deployer.rollout.view import LiveView, plan_text, report

@@ -26,16 +26,16 @@ from dataclasses import dataclass, field
 
 from deployer import boot, status
 from deployer.connection import CommandResult, Connection, LocalConnection
-from deployer.driver_record import DriverRecord, write_command
 from deployer.errors import HostUnreachable
+from deployer.gpu.driver_record import DriverRecord, write_command
 from deployer.hostaccess import HostAccess, Interrupted, pause
 from deployer.plan import PlannedTask
 from deployer.results import RunReport, Status, TaskResult
 from deployer.roles import Play
 from deployer.rollout import batching, hostops, monitoring
 from deployer.rollout.drain import DrainHook, node_name
+from deployer.rollout.host_targets import GPU_ROLES, HostTarget
 from deployer.rollout.options import RolloutOptions, Timeouts, target_overrides
-from deployer.rollout.preflight import GPU_ROLES, HostTarget
 from deployer.rollout.silences import SilenceError, Silences, host_matchers, silence_payload
 from deployer.rollout.state import FAILED, SKIPPED, TERMINAL, RunRecord, StateStore, next_step
 from deployer.rollout.validation import validate
@@ -464,7 +464,7 @@ class Rollout:
             raise StepFailed("validation failed: " + "; ".join(problems))
 
     def _step_recording(self, host: str) -> None:
-        """The validated target written on the host (``deployer.driver_record``): the next
+        """The validated target written on the host (``deployer.gpu.driver_record``): the next
         ``up`` keeps this driver while the inventory still says what it said at the start."""
         target = self.record.target
         record = DriverRecord(

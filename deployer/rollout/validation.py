@@ -1,11 +1,11 @@
 """Validation of an upgraded host, before it goes back into service (checklist item 7 of the
 reference README; nvidia-driver.md §6, dcgm.md §6):
 
-- facts agree with the target plan (``compat.verify``): installed == loaded == nvidia-smi ==
+- facts agree with the target plan (``verify.verify``): installed == loaded == nvidia-smi ==
   target, Fabric Manager at the driver's version, DCGM version and CUDA variant, exporter;
 - nvidia-smi sees every GPU: ``gpu_count`` of them, every UUID the preflight saw;
 - ``dcgmi health -c`` reports Overall Health ``Healthy`` and ``dcgmi diag -r LEVEL`` no failed
-  test (level 0 skips the diag), judged by what they print (``deployer.dcgmi``): real dcgmi exits
+  test (level 0 skips the diag), judged by what they print (``deployer.gpu.dcgmi``): real dcgmi exits
   0 on an unhealthy GPU;
 - the exporter serves metrics of every GPU with ``DCGM_FI_DRIVER_VERSION`` = target (bounded
   wait: it samples on its own interval);
@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from deployer import compat, dcgmi
 from deployer.facts import gather
+from deployer.gpu import dcgmi, verify
 from deployer.hostaccess import HostAccess
 from deployer.rollout import hostops, monitoring
+from deployer.rollout.host_targets import HostTarget, observed
 from deployer.rollout.options import Timeouts
-from deployer.rollout.preflight import HostTarget, observed
 from deployer.status import Response
 
 Fetch = Callable[[str], Response]
@@ -52,7 +52,7 @@ def validate(
     checks: list[dict[str, Any]] = []
 
     facts = gather(host.connection())
-    mismatches = compat.verify(target.resolved, observed(facts))
+    mismatches = verify.verify(target.resolved, observed(facts))
     _check(
         checks,
         "versions as planned",

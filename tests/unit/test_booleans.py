@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from deployer import booleans, compat, file_sd, gpu_plan
+from deployer import booleans, file_sd
 from deployer.errors import InputError
+from deployer.gpu import gpu_plan, version_plan
 from deployer.modules.accounts import Group
 from deployer.modules.base import ArgError
 from deployer.templating import Renderer, make_environment
@@ -25,7 +26,7 @@ def readers():
         return Group().validate({"name": "g", "system": value})["system"]
 
     def plan(value):
-        return compat.plan_from_vars("g1", {"gpu_model": "H100", "gpu_count": 8,
+        return version_plan.plan_from_vars("g1", {"gpu_model": "H100", "gpu_count": 8,
                                             "nvswitch": value}).nvswitch  # fmt: skip
 
     def bool_filter(value):
@@ -55,7 +56,9 @@ def test_a_word_that_is_no_boolean_is_refused_where_a_boolean_is_required():
     with pytest.raises(ArgError):
         Group().validate({"name": "g", "system": "maybe"})
     with pytest.raises(InputError) as err:
-        compat.plan_from_vars("g1", {"gpu_model": "H100", "gpu_count": 8, "nvswitch": "maybe"})
+        version_plan.plan_from_vars(
+            "g1", {"gpu_model": "H100", "gpu_count": 8, "nvswitch": "maybe"}
+        )
     assert err.value.key == "nvswitch"
     with pytest.raises(InputError) as err:
         gpu_plan.check_role_vars("g1", {"nvidia_driver_reboot_force": "maybe"})

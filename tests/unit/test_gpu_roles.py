@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from deployer import dcgm_fields, gpu_plan
+from deployer import dcgm_fields
 from deployer.errors import InputError
 from deployer.facts import HostFacts
+from deployer.gpu import gpu_plan
 from deployer.lab.gpusim.standins.exporter import parse_csv
 from deployer.plan import Planner
 from deployer.roles import load_site

@@ -62,7 +62,7 @@ def test_check_of_a_readable_fleet_exits_0_with_the_plan(tmp_path, monkeypatch, 
 
 
 def test_the_run_keeps_what_the_inventory_says_beside_the_target(tmp_path, monkeypatch):
-    from deployer.rollout.preflight import run_preflight
+    from deployer.rollout.host_targets import run_preflight
 
     inv = write_inventory(
         tmp_path, {"g1": {"gpu_model": "H100", "nvidia_driver_version": "580.65.06"}}

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from deployer import driver_record
 from deployer.connection import ConnectionPool, ScriptedConnection
+from deployer.gpu import driver_record
 from deployer.hostaccess import HostAccess
 from deployer.results import RunReport, Status, TaskResult
 from deployer.rollout import monitoring

@@ -1,7 +1,8 @@
-"""Preflight of an ``upgrade-driver`` run: what the target means for every selected GPU host.
+"""What an ``upgrade-driver`` target means for every selected GPU host (the run's own preflight;
+``up``'s is ``deployer.gpu.preflight``).
 
 For each host: its facts (read-only), its inventory plan retargeted to the driver of ``--to``
-(``compat.HostPlan.retarget``) and checked against the matrix with the host's GPUs from facts --
+(``VersionPlan.retarget``) and checked against the matrix with the host's GPUs from facts --
 so crossing into CUDA 13 switches the DCGM package variant (``-cuda13``, or ``-cuda12`` for
 Volta), and Fabric Manager follows the driver exactly -- and the versions before and after.
 A host whose plan the matrix refuses (a V100 past R580, say) is reported with the rule and the
@@ -15,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployer import compat, driver_record
-from deployer import preflight as engine_preflight
 from deployer.errors import InputError, PlanRefused
 from deployer.facts import HostFacts
+from deployer.gpu import driver_record, rules, verify, version_plan
+from deployer.gpu import preflight as gpu_preflight
 from deployer.session import DeploySession
 
 GPU_ROLES = ("nvidia_driver", "dcgm", "dcgm_exporter")
@@ -41,7 +42,7 @@ class HostTarget:
     address: str
     variables: dict[str, Any]
     facts: HostFacts
-    resolved: compat.ResolvedPlan
+    resolved: rules.ResolvedPlan
     before: dict[str, Any]
     after: dict[str, Any]
     up_to_date: bool
@@ -56,15 +57,15 @@ class HostTarget:
 
 @dataclass
 class Preflight:
-    target: compat.DriverTarget
+    target: version_plan.DriverTarget
     session: DeploySession
     hosts: dict[str, HostTarget]
-    refusals: list[compat.Refusal]
+    refusals: list[rules.Refusal]
     unreachable: dict[str, str]
 
 
-def observed(f: HostFacts) -> compat.ObservedVersions:
-    return compat.ObservedVersions(
+def observed(f: HostFacts) -> verify.ObservedVersions:
+    return verify.ObservedVersions(
         driver_installed=f.driver_installed,
         driver_loaded=f.driver_loaded,
         driver_smi=f.driver_smi,
@@ -94,7 +95,7 @@ def versions_before(f: HostFacts) -> dict[str, Any]:
     }
 
 
-def versions_after(r: compat.ResolvedPlan) -> dict[str, Any]:
+def versions_after(r: rules.ResolvedPlan) -> dict[str, Any]:
     return {
         "driver_version": r.driver_version,
         "driver_branch": r.driver_branch,
@@ -126,12 +127,12 @@ def rendered_vars(session: DeploySession, host: str, facts: HostFacts) -> dict[s
 def select_gpu_hosts(session: DeploySession) -> None:
     """Narrow the session to the selected GPU hosts (the run's hosts), every one of them planned
     before any connection (templates checked). None selected is an input error."""
-    gpu = engine_preflight.gpu_hosts(session.inventory, session.hosts)
+    gpu = gpu_preflight.gpu_hosts(session.inventory, session.hosts)
     if not gpu:
         limit = session.options.limit
         raise InputError(
             "no GPU host selected: upgrade-driver works on the hosts of the inventory group "
-            f"'{engine_preflight.GPU_GROUP}'" + (f" matching --limit {limit}" if limit else ""),
+            f"'{gpu_preflight.GPU_GROUP}'" + (f" matching --limit {limit}" if limit else ""),
             key="--limit" if limit else "-i",
         )
     session.hosts = gpu
@@ -142,7 +143,7 @@ def run_preflight(session: DeploySession, to: str) -> Preflight:
     """The target ``to`` for every GPU host the session selects: their facts read, each one's
     inventory plan retargeted (``HostPlan.retarget``, so that what the inventory says is still
     known) and checked against the matrix."""
-    target = compat.resolve_target(to)
+    target = version_plan.resolve_target(to)
     select_gpu_hosts(session)
     session.gather_facts(list(session.hosts))
     hosts: dict[str, HostTarget] = {}
@@ -153,21 +154,21 @@ def run_preflight(session: DeploySession, to: str) -> Preflight:
         f = session.facts[h]
         variables = session.host_variables(h)
         names = [g.name for g in f.gpus] or None
-        plan = compat.plan_from_vars(h, variables, gpu_names=names).retarget(target)
+        plan = version_plan.plan_from_vars(h, variables, gpu_names=names).retarget(target)
         plans.append(plan)
-    refusals = compat.check(plans)
+    refusals = rules.check(plans)
     refused = {r.host for r in refusals}
     for plan in plans:
         h = plan.host
         if h in refused:
             continue
         try:
-            resolved = compat.resolve(plan)
+            resolved = rules.resolve(plan)
         except PlanRefused as exc:  # check() above agrees; kept for a clear message
-            refusals.append(compat.Refusal(h, "refused", str(exc), "see compat check"))
+            refusals.append(rules.Refusal(h, "refused", str(exc), "see compat check"))
             continue
         f = session.facts[h]
-        mismatches = [str(m) for m in compat.verify(resolved, observed(f))]
+        mismatches = [str(m) for m in verify.verify(resolved, observed(f))]
         hosts[h] = HostTarget(
             host=h,
             address=str(session.inventory.connection(h).address),
