@@ -312,6 +312,15 @@ class Executor:
                 raise CommandFailed(raw) if read_error is None else ValueError(read_error)
             if obs.in_desired_state and not forced:
                 return self._finish(result, started)
+            if module.judged_by_read:
+                # An assertion: no write side. Its read is the verdict, unless check mode could
+                # not make the change an earlier task predicted (then it can only predict).
+                if self.check and after_change:
+                    result.predicted = True
+                    return self._finish(result, started)
+                result.status = Status.FAILED
+                result.error = mask_text(module.explain(args, read_session, obs))
+                return self._finish(result, started)
             refusal = self._ha_refusal(state, task, obs, notifies or [])
             if refusal is not None:
                 result.status, result.error = Status.FAILED, mask_text(refusal)

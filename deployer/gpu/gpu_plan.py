@@ -181,6 +181,10 @@ def _view(
     distro, arch = repo_names(facts)
     out["repo_distro"] = distro
     out["repo_arch"] = arch
+    # RHEL 8/9's dnf module stream of the branch: <branch>-open or <branch>-dkms (the
+    # proprietary modules, built by DKMS): ../shared/reference/nvidia-driver.md §4.3 [S6]
+    dkms = "open" if resolved.module_flavour == "open" else "dkms"
+    out["dnf_module_stream"] = f"{resolved.driver_branch}-{dkms}"
     out["stand_in"] = stand_in
     # pinning packages of other branches (left by an earlier plan) would pin the old branch too
     out["stale_pinning_packages"] = sorted(

@@ -95,6 +95,9 @@ class Module:
     # round trip fewer). Set it for modules whose write is one or two cheap commands that end
     # the shell normally (no reboot, no reconnect): each write command then pays for a read.
     write_then_read: ClassVar[bool] = False
+    # A module with no write side (``assert``): the engine judges the task by its read alone,
+    # failing it with ``explain`` when the state differs (check mode too, before any change).
+    judged_by_read: ClassVar[bool] = False
 
     # ---- plan time (no host) -------------------------------------------------------------
     def validate(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -168,6 +171,10 @@ class Module:
         """Read-only: what to add to the error when this task's state still differs after
         its write (a unit's state and last journal lines, say). None: nothing to add."""
         return None
+
+    def explain(self, args: dict[str, Any], session: HostSession, obs: Observation) -> str:
+        """Read-only: why the state differs, for a module ``judged_by_read``."""
+        return ""
 
     def desired(self, args: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
