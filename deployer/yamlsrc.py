@@ -61,8 +61,9 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = Fal
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-# Parse with libyaml when PyYAML has it (an inventory can hold 100,000 hosts; the pure-Python
-# parser took 23 s for that), building the same line-tracking mappings with these constructors.
+# Parse with libyaml when PyYAML has it (an inventory can hold 100,000 hosts, and the pure-Python
+# parser is several times slower: bench/README.md), building the same line-tracking mappings with
+# these constructors.
 _CLoader = getattr(yaml, "CSafeLoader", None)
 _FastLoader: Any = (
     type(

@@ -205,7 +205,8 @@ def plans_from_vars(
 ) -> list[VersionPlan]:
     """``plan_from_vars`` for each ``(host, variables, gpu_names)``, in order; hosts whose plan
     variables (all but ``rack``) and GPU names are equal, with equal types, share one validation
-    (a fleet has a few combinations, and validating each host was a quarter of checking 100,000).
+    (a fleet has a few combinations, and validating each host dominated checking a large one:
+    bench/README.md).
     The first host with bad values raises, as it would alone."""
     shared: dict[tuple[Any, ...], VersionPlan] = {}
     plans = []
