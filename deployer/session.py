@@ -72,7 +72,16 @@ def validation_facts(host: str) -> HostFacts:
 
 
 class DeploySession:
-    def __init__(self, options: RunOptions, inventory: Any, hosts: list[str]) -> None:
+    """One command's inventory, site, roles and compiled templates (loaded once), its hosts'
+    plans and facts, and the connections it keeps open (``pool``)."""
+
+    def __init__(
+        self,
+        options: RunOptions,
+        inventory: Any,
+        hosts: list[str],
+        plays: Callable[[Play], bool] | None = None,
+    ) -> None:
         self.options = options
         self.inventory = inventory
         self.hosts = hosts
@@ -80,7 +89,7 @@ class DeploySession:
         # command runs (``load(plays=...)``; all of them by default).
         self.site_plays: tuple[Play, ...] = ()
         self.plays: tuple[Play, ...] = ()
-        self._play_filter: Callable[[Play], bool] | None = None
+        self._play_filter = plays
         self.plans: list[HostPlan] = []
         self.planner: Planner | None = None
         self.pool = ConnectionPool(self.open_connection)
@@ -107,8 +116,7 @@ class DeploySession:
         # while every host's variables are built (see bench/README.md, "Planning").
         memory.keep_for_the_run()
         hosts = [h.name for h in select(inventory, options.limit)]
-        session = cls(options, inventory, hosts)
-        session._play_filter = plays
+        session = cls(options, inventory, hosts, plays)
         if plan:
             session.build_plan()
         return session
