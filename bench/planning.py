@@ -121,7 +121,8 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
         path.write_text(inventory_yaml(n))
 
     t = start()
-    from deployer import compat, file_sd, memory, preflight
+    from deployer import file_sd, memory
+    from deployer.gpu import preflight, rules
     from deployer.inventory import load_inventory
     from deployer.plan import Planner
     from deployer.roles import Play
@@ -136,7 +137,7 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
 
     planner = Planner(inventory, [REPO / "roles"], REPO / "templates")
     # As ``gpumon-deploy check --offline`` plans: facts are the pre-connection stand-in.
-    planner.extra_context = {"facts": validation_facts("prom01").to_json()}
+    context = {"facts": validation_facts("prom01").to_json()}
     gpu_play = Play(name="gpu", hosts="gpu", roles=GPU_ROLES)
     t = start()
     defaults = planner.play_defaults(gpu_play)
@@ -147,12 +148,12 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     t = start()
     gpu = preflight.gpu_hosts(inventory, hosts)
     plans = preflight.host_plans(inventory, gpu, variables, None)
-    refused = compat.check(plans)
+    refused = rules.check(plans)
     stage("compatibility_check", t)
 
     t = start()
     prom_play = Play(name="prometheus", hosts="prometheus", roles=("prometheus",))
-    prom_vars = planner.host_vars("prom01", prom_play)
+    prom_vars = planner.host_vars("prom01", prom_play, context)
     groups = file_sd.file_sd_targets(prom_vars)
     rendered = {job: file_sd.render(g) for job, g in groups.items()}
     stage("file_sd_generation", t)

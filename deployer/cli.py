@@ -21,6 +21,7 @@ import click
 
 from deployer import __version__, library_logs
 from deployer.errors import InputError
+from deployer.rollout.options import RolloutOptions
 from deployer.secrets import mask_text
 from deployer.session import DeploySession, RunOptions
 
@@ -29,7 +30,7 @@ EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
 def _fail_input(exc: InputError) -> None:
     click.echo(f"error: {exc}", err=True)
-    if getattr(exc, "hosts_read", False):  # refused on the hosts' facts (deployer/preflight.py)
+    if getattr(exc, "hosts_read", False):  # refused on the hosts' facts (deployer/gpu/preflight.py)
         click.echo("nothing was changed; the hosts were only read", err=True)
     else:
         click.echo("nothing was changed; no host was contacted", err=True)
@@ -319,11 +320,12 @@ def inventory(
 @input_errors_exit_2
 def targets(inventory: Path, limit: str | None, extra_vars: tuple[str, ...], output: str) -> None:
     """Regenerate and push only the Prometheus file_sd targets files (no reload needed)."""
-    from deployer.targets import push_targets
+    from deployer import targets as file_sd_targets
 
-    report = push_targets(
-        inventory, limit=limit, extra_vars=list(extra_vars), json_output=output == "json"
+    session = file_sd_targets.load_session(
+        RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars))
     )
+    report = file_sd_targets.push_targets(session, json_output=output == "json")
     sys.exit(report.exit_code)
 
 
@@ -380,19 +382,34 @@ def status(
     sys.exit(stack.EXIT_PENDING if stack.pending(checks) else EXIT_OK)
 
 
+_ROLLOUT = RolloutOptions()  # upgrade-driver's defaults, shown by --help (defined there only)
+
+
 @cli.command("upgrade-driver")
 @inventory_options
 @click.option(
     "--to", "to", default=None, metavar="BRANCH_OR_VERSION", help="Target: 580 or 580.126.20."
 )
-@click.option("--canary", type=int, default=1, show_default=True, help="Hosts in the first batch.")
-@click.option("--batch-size", default="1", show_default=True, metavar="N|P%")
+@click.option(
+    "--canary",
+    type=int,
+    default=_ROLLOUT.canary,
+    show_default=True,
+    help="Hosts in the first batch.",
+)
+@click.option("--batch-size", default=_ROLLOUT.batch_size, show_default=True, metavar="N|P%")
 @click.option("--max-unavailable", default=None, metavar="N|P%", help="Default: the batch size.")
-@click.option("--max-failures", type=int, default=1, show_default=True, help="Over the whole run.")
+@click.option(
+    "--max-failures",
+    type=int,
+    default=_ROLLOUT.max_failures,
+    show_default=True,
+    help="Over the whole run.",
+)
 @click.option(
     "--drain",
     type=click.Choice(["slurm", "kubernetes", "command", "none"]),
-    default="none",
+    default=_ROLLOUT.drain,
     show_default=True,
 )
 @click.option(
@@ -407,22 +424,27 @@ def status(
 @click.option(
     "--job-timeout",
     type=click.IntRange(1, 86400),
-    default=600,
+    default=_ROLLOUT.job_timeout,
     show_default=True,
     help="Seconds to wait for GPU jobs to end.",
 )
 @click.option(
     "--reboot",
     type=click.Choice(["auto", "always", "never"]),
-    default="auto",
+    default=_ROLLOUT.reboot,
     show_default=True,
     help="never: reload the modules instead.",
 )
-@click.option("--silence-minutes", type=click.IntRange(5, 10080), default=120, show_default=True)
+@click.option(
+    "--silence-minutes",
+    type=click.IntRange(5, 10080),
+    default=_ROLLOUT.silence_minutes,
+    show_default=True,
+)
 @click.option(
     "--diag-level",
     type=click.IntRange(0, 4),
-    default=2,
+    default=_ROLLOUT.diag_level,
     show_default=True,
     help="dcgmi diag -r level after the upgrade (0: none).",
 )
@@ -433,14 +455,23 @@ def status(
 @output_option
 @input_errors_exit_2
 def upgrade_driver(
-    inventory: Path, limit: str | None, extra_vars: tuple[str, ...], **kw: Any
+    inventory: Path,
+    limit: str | None,
+    extra_vars: tuple[str, ...],
+    to: str | None,
+    resume: str | None,
+    check_mode: bool,
+    output: str,
+    **choices: Any,
 ) -> None:
     """Rolling NVIDIA driver upgrade: canary, batches, drain, silences, validation, resume."""
-    from deployer.rollout import UpgradeRequest
-    from deployer.rollout import upgrade_driver as run_upgrade
+    from deployer.rollout.command import UpgradeRequest
+    from deployer.rollout.command import upgrade_driver as run_upgrade
 
-    kw["check"] = kw.pop("check_mode")
-    req = UpgradeRequest(inventory=inventory, limit=limit, extra_vars=extra_vars, **kw)
+    options = RolloutOptions(limit=limit, extra_vars=tuple(extra_vars), **choices)
+    req = UpgradeRequest(
+        inventory=inventory, to=to, options=options, resume=resume, check=check_mode, output=output
+    )
     sys.exit(run_upgrade(req))
 
 

@@ -38,7 +38,8 @@ def _import_paramiko() -> Any:
 
     paramiko.config imports invoke (when installed, e.g. with fabric) only to run ``Match exec``
     lines of an ssh_config, which the engine never reads; that import (invoke pulls in asyncio
-    and unittest.mock) was 40 ms of every run's 0.5 s. A later ``import invoke`` still works.
+    and unittest.mock) is paid by every run (bench/README.md). A later ``import invoke`` still
+    works.
     """
     if "invoke" in sys.modules or "paramiko" in sys.modules:
         import paramiko as module
@@ -258,8 +259,8 @@ def _known_host_keys(path: Path) -> Any:
     """``path`` parsed as a known_hosts file (a paramiko HostKeys), or None if there is none.
 
     Parsed once per content (modification time and size) and shared by every connection of the
-    run: each connection parsing the whole file cost O(hosts^2) for a fleet, 16% of a 200-host
-    no-op run. Each client gets only its host's entries, as verification looks up no others.
+    run: each connection parsing the whole file cost O(hosts^2) for a fleet (bench/README.md).
+    Each client gets only its host's entries, as verification looks up no others.
     """
     try:
         st = path.stat()
@@ -582,6 +583,13 @@ class ConnectionPool:
                 conn = self._opener(host)
                 self._conns[host] = conn
             return conn
+
+    def drop(self, host: str) -> None:
+        """Close ``host``'s connection (the next ``get`` opens a new one)."""
+        with self._lock:
+            conn = self._conns.pop(host, None)
+        if conn is not None:
+            conn.close()
 
     def close_all(self) -> None:
         with self._lock:

@@ -20,17 +20,24 @@ Two guarantees hold across runs and replicas:
 
 from __future__ import annotations
 
-import secrets as pyrandom
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from deployer import owed
-from deployer.connection import CommandFailed, CommandResult, Connection
+from deployer.connection import CommandFailed, CommandResult
 from deployer.errors import HostUnreachable
+from deployer.hostsession import (
+    Connector,
+    HostState,
+    PlayReads,
+    ReadSession,
+    WriteSession,
+    batch_read,
+    batch_run,
+)
 from deployer.modules.base import ContentDiff, Observation, q, run_checked
 from deployer.plan import HostPlan, HostPlay, PlannedTask
 from deployer.results import RunReport, Status, TaskResult
@@ -72,154 +79,6 @@ class NoEvents:
         pass
 
 
-Connector = Callable[[str], Connection]
-
-
-class _ReadSession:
-    """What check mode and the read side get: a connection whose commands are reads."""
-
-    def __init__(self, host: _HostState) -> None:
-        self._host = host
-        self.name = host.name
-
-    def run(
-        self, command: str, *, stdin: bytes | None = None, timeout: float | None = None
-    ) -> CommandResult:
-        return self._host.conn().run(command, stdin=stdin, timeout=timeout)
-
-    def reconnect(self, deadline_s: float) -> None:
-        raise RuntimeError("reconnect is a write-side operation")
-
-
-class _WriteSession(_ReadSession):
-    """The write side's session; the executor creates one only outside check mode.
-
-    With ``then_read`` (for modules whose ``write_then_read`` is set), every write command is
-    followed, in the same round trip and only if it succeeded, by the batched reads of those
-    tasks; ``reads`` keeps the reads that followed the last write command.
-    """
-
-    def __init__(
-        self,
-        host: _HostState,
-        then_read: list[PlannedTask] | None = None,
-        first: str | None = None,
-    ) -> None:
-        super().__init__(host)
-        self._scripts = [t.module.read_script(t.args) for t in then_read or []]
-        self.reads: list[CommandResult | None] | None = None
-        # Shell that runs before the first write command, in the same round trip (the record
-        # of the handlers this write will owe); ``first_ran`` says whether it went out.
-        self._first = first
-        self.first_ran = False
-
-    def run(
-        self, command: str, *, stdin: bytes | None = None, timeout: float | None = None
-    ) -> CommandResult:
-        self.reads = None
-        if self._first is not None:
-            command, self._first, self.first_ran = self._first + command, None, True
-        if not self._scripts:
-            return super().run(command, stdin=stdin, timeout=timeout)
-        token = pyrandom.token_hex(8)
-        marker = f"@@{token} write "
-        script = (
-            f"( {command}\n)\nrc=$?\nprintf '\\n{marker}%d@@\\n' \"$rc\"\n"
-            f'if [ "$rc" -eq 0 ]; then\n{_batch_script(self._scripts, token)}\nfi\nexit "$rc"'
-        )
-        result = super().run(script, stdin=stdin, timeout=timeout)
-        pos = result.stdout.rfind(f"\n{marker}")
-        if pos < 0:  # the command's own output is all there is (the shell did not get that far)
-            return CommandResult(command, result.rc, result.stdout, result.stderr)
-        if result.rc == 0:
-            after = result.stdout[pos + 1 :]
-            self.reads = _split_batch(after[after.index("@@\n") + 3 :], self._scripts, token)
-        return CommandResult(command, result.rc, result.stdout[:pos], result.stderr)
-
-    def reconnect(self, deadline_s: float) -> None:
-        self.reads = None
-        self._host.reconnect(deadline_s)
-
-
-class _HostState:
-    def __init__(self, name: str, connector: Connector) -> None:
-        self.name = name
-        self._connector = connector
-        self._conn: Connection | None = None
-        # The host's owed handlers by owed.key (None until read, once per run), and those
-        # that were owed when this run began (an earlier run's).
-        self.owed: dict[str, owed.OwedHandler] | None = None
-        self.owed_at_start: dict[str, owed.OwedHandler] = {}
-
-    def conn(self) -> Connection:
-        if self._conn is None:
-            self._conn = self._connector(self.name)
-        return self._conn
-
-    def reconnect(self, deadline_s: float) -> None:
-        """Drop the connection and connect again, retrying until ``deadline_s`` seconds pass."""
-        self.close()
-        end = time.monotonic() + deadline_s
-        last: Exception | None = None
-        while time.monotonic() < end:
-            try:
-                self._conn = self._connector(self.name)
-                return
-            except HostUnreachable as exc:
-                last = exc
-                time.sleep(2)
-        raise HostUnreachable(f"{self.name}: did not come back within {deadline_s:.0f}s: {last}")
-
-    def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
-
-
-def batch_read(conn: Connection, tasks: list[PlannedTask]) -> list[CommandResult | None]:
-    """Run every task's read script in one command; split the output per task.
-
-    A task whose part of the output cannot be found gets None and is read again on its own.
-    """
-    return batch_run(conn, [t.module.read_script(t.args) for t in tasks])
-
-
-def batch_run(conn: Connection, scripts: list[str]) -> list[CommandResult | None]:
-    """Run read-only ``scripts`` in one command; split the output per script (None: not found)."""
-    if not scripts:
-        return []
-    token = pyrandom.token_hex(8)
-    result = conn.run(_batch_script(scripts, token))
-    return _split_batch(result.stdout, scripts, token)
-
-
-def _batch_script(scripts: list[str], token: str) -> str:
-    return "\n".join(
-        # A group, not a subshell: one fork fewer per task (read scripts keep the shell as they
-        # found it: no exit, no cd, every variable set before it is read; see modules/base.py).
-        f"{{ {script}\n}} 2>/dev/null; printf '\\n@@{token} {i} %d@@\\n' $?"
-        for i, script in enumerate(scripts)
-    )
-
-
-def _split_batch(stdout: str, scripts: list[str], token: str) -> list[CommandResult | None]:
-    out: list[CommandResult | None] = []
-    rest = stdout
-    for i, script in enumerate(scripts):
-        marker_start = f"\n@@{token} {i} "
-        pos = rest.find(marker_start)
-        end = rest.find("@@\n", pos + len(marker_start)) if pos >= 0 else -1
-        if end < 0:
-            out.extend([None] * (len(scripts) - i))
-            break
-        rc = int(rest[pos + len(marker_start) : end])
-        out.append(CommandResult(script, rc, rest[:pos], ""))
-        rest = rest[end + 3 :]
-    return out
-
-
 @dataclass
 class Executor:
     connector: Connector
@@ -233,7 +92,7 @@ class Executor:
     allow_ha_degraded: bool = False
 
     def __post_init__(self) -> None:
-        self._hosts: dict[str, _HostState] = {}
+        self._hosts: dict[str, HostState] = {}
         self._lock = threading.Lock()
         self._owed_dir: str = self.owed_dir or owed.OWED_DIR
 
@@ -248,7 +107,7 @@ class Executor:
         report = RunReport(check_mode=self.check)
         for plan in plans:
             hreport = report.host(plan.host)
-            self._hosts[plan.host] = _HostState(plan.host, self.connector)
+            self._hosts[plan.host] = HostState(plan.host, self.connector)
             if unreachable and plan.host in unreachable:
                 hreport.unreachable = mask_text(unreachable[plan.host])
                 hreport.tasks.append(
@@ -299,25 +158,24 @@ class Executor:
             state.close()
         self.events.host_done(host, status)
 
-    def _converge(self, state: _HostState, hp: HostPlay, hreport: Any) -> None:
+    def _converge(self, state: HostState, hp: HostPlay, hreport: Any) -> None:
         # state.conn() every time, never kept: a task (a reboot) may replace the connection.
-        module_tasks = [t for t in hp.tasks if not t.flush_handlers]
-        # Reads no write has outdated yet, by task: all of the play's, in one round trip first
-        # (with the host's owed handlers, the first time this run reads the host).
-        # After a write, the read that verifies it also reads the next task; a task with no
-        # current read gets one batched with the tasks after it (see REREAD_BATCH).
-        scripts = [t.module.read_script(t.args) for t in module_tasks]
+        # Reads no write has outdated yet: all of the play's, in one round trip first (with the
+        # host's owed handlers, the first time this run reads the host). After a write, the
+        # read that verifies it also reads the next task; a task with no current read gets one
+        # batched with the tasks after it (see REREAD_BATCH).
+        reads = PlayReads(hp.tasks)
+        positions = [i for i, t in enumerate(hp.tasks) if not t.flush_handlers]
+        scripts = [hp.tasks[i].module.read_script(hp.tasks[i].args) for i in positions]
         first_on_host = state.owed is None
         if first_on_host:
             scripts.insert(0, owed.read_script(self._owed_dir))
-        reads = batch_run(state.conn(), scripts)
+        results = batch_run(state.conn(), scripts)
         if first_on_host:
-            raw = reads.pop(0) or state.conn().run(owed.read_script(self._owed_dir))
+            raw = results.pop(0) or state.conn().run(owed.read_script(self._owed_dir))
             state.owed = owed.parse(raw.stdout) if raw.rc == 0 else {}
             state.owed_at_start = dict(state.owed)
-        current: dict[int, CommandResult | None] = dict(
-            zip(map(id, module_tasks), reads, strict=True)
-        )
+        reads.replace(positions, results)
         changed_before = False
         # Handlers an earlier run owes this play's roles run as if notified now.
         notified: set[str] = {
@@ -331,24 +189,19 @@ class Executor:
                 notified.clear()
                 changed_before = True  # handlers may have moved any later task's state
                 if ran:
-                    current = {}
+                    reads.clear()
                 continue
-            if id(task) not in current:
-                upcoming = _upcoming(hp.tasks, pos, REREAD_BATCH)
-                reads = batch_read(state.conn(), upcoming)
-                current = dict(zip(map(id, upcoming), reads, strict=True))
-            after_write: dict[int, CommandResult | None] = {}
+            if pos not in reads:
+                reads.read(state.conn(), reads.upcoming(pos, REREAD_BATCH))
             result = self._run_task(
                 state,
                 task,
-                current[id(task)],
+                reads[pos],
                 changed_before,
-                lookahead=_upcoming(hp.tasks, pos + 1, 1),
-                after_write=after_write,
+                reads=reads,
+                ahead=reads.upcoming(pos + 1, 1),
                 notifies=[(n, hp.handlers[n]) for n in task.notify],
             )
-            if result.wrote:
-                current = after_write
             hreport.tasks.append(result)
             self.events.task_done(result)
             if result.status == Status.FAILED:
@@ -360,7 +213,7 @@ class Executor:
         self._run_handlers(state, hp, notified, hreport)
 
     def _run_handlers(
-        self, state: _HostState, hp: HostPlay, notified: set[str], hreport: Any
+        self, state: HostState, hp: HostPlay, notified: set[str], hreport: Any
     ) -> bool:
         """Run the notified handlers in handler-file order, then clear those that succeeded
         from the host's owed handlers; False when one failed (it stays owed)."""
@@ -406,17 +259,19 @@ class Executor:
 
     def _run_task(
         self,
-        state: _HostState,
+        state: HostState,
         task: PlannedTask,
         pre_read: CommandResult | None,
         after_change: bool,
         *,
         forced: bool = False,
         baseline: str | None = None,
-        lookahead: list[PlannedTask] | None = None,
-        after_write: dict[int, CommandResult | None] | None = None,
+        reads: PlayReads | None = None,
+        ahead: list[int] | None = None,
         notifies: list[tuple[str, PlannedTask]] | None = None,
     ) -> TaskResult:
+        """One task on one host. After a write, ``reads`` (the play's) holds only the reads
+        taken with the proving read: those of the tasks at ``ahead``."""
         self.events.task_started(state.name, task)
         started = time.monotonic()
         result = TaskResult(
@@ -427,12 +282,13 @@ class Executor:
             status=Status.OK,
             handler=task.handler,
             source=task.where,
+            tags=task.tags,
         )
         module, args = task.module, task.args
         # Check mode predicts what the real run would report: a task whose module never reports
         # a change (a wait, an assertion, a changed_when: false command) predicts none.
         predicted = Status.CHANGED if module.reports_change else Status.OK
-        read_session = _ReadSession(state)
+        read_session = ReadSession(state)
         try:
             raw = pre_read
             if raw is None or raw.rc != 0:
@@ -456,6 +312,15 @@ class Executor:
                 raise CommandFailed(raw) if read_error is None else ValueError(read_error)
             if obs.in_desired_state and not forced:
                 return self._finish(result, started)
+            if module.judged_by_read:
+                # An assertion: no write side. Its read is the verdict, unless check mode could
+                # not make the change an earlier task predicted (then it can only predict).
+                if self.check and after_change:
+                    result.predicted = True
+                    return self._finish(result, started)
+                result.status = Status.FAILED
+                result.error = mask_text(module.explain(args, read_session, obs))
+                return self._finish(result, started)
             refusal = self._ha_refusal(state, task, obs, notifies or [])
             if refusal is not None:
                 result.status, result.error = Status.FAILED, mask_text(refusal)
@@ -470,7 +335,9 @@ class Executor:
                 result.status, result.predicted = predicted, module.reports_change
                 return self._finish(result, started)
             result.wrote = True
-            self._write(state, task, obs, lookahead or [], after_write, notifies or [])
+            if reads is not None:
+                reads.clear()  # whatever the write does, the reads taken before it are outdated
+            self._write(state, task, obs, reads, ahead or [], notifies or [])
             result.status = predicted
         except HostUnreachable:
             raise
@@ -485,7 +352,7 @@ class Executor:
     # ---- the HA invariant ----------------------------------------------------------------
     def _ha_refusal(
         self,
-        state: _HostState,
+        state: HostState,
         task: PlannedTask,
         obs: Observation,
         notifies: list[tuple[str, PlannedTask]],
@@ -528,7 +395,7 @@ class Executor:
             "or run again with --allow-ha-degraded."
         )
 
-    def _unready_peers(self, state: _HostState, peers: dict[str, str]) -> dict[str, str]:
+    def _unready_peers(self, state: HostState, peers: dict[str, str]) -> dict[str, str]:
         """Peers whose readiness URL does not answer 2xx (probed from this host), and why."""
         lines = [
             f"hc=$(curl -s -o /dev/null --max-time 5 -w '%{{http_code}}' -- {q(url)} "
@@ -555,18 +422,19 @@ class Executor:
     # ---- the write side ------------------------------------------------------------------
     def _write(
         self,
-        state: _HostState,
+        state: HostState,
         task: PlannedTask,
         obs: Observation,
-        lookahead: list[PlannedTask],
-        after_write: dict[int, CommandResult | None] | None,
+        reads: PlayReads | None,
+        ahead: list[int],
         notifies: list[tuple[str, PlannedTask]],
     ) -> None:
-        """Write, then read again to prove it; that read also reads ``lookahead`` (the next
-        tasks, whose reads the write may have outdated) into ``after_write``. The handlers the
-        task notifies are recorded as owed on the host before the write changes anything."""
+        """Write, then read again to prove it; that read also reads the tasks at ``ahead`` (the
+        next ones, whose reads the write outdated) into ``reads``. The handlers the task
+        notifies are recorded as owed on the host before the write changes anything."""
         assert not self.check, "the write side must never run in check mode"
         module, args = task.module, task.args
+        lookahead = [reads.tasks[i] for i in ahead] if reads is not None else []
         record = None
         owed_now = set(state.owed or {})
         # Handlers already owed need no new record, unless their baseline must be taken again
@@ -578,7 +446,7 @@ class Executor:
         ]
         if entries and module.reports_change:
             record = owed.before_write(owed.record_script(entries, self._owed_dir), self._owed_dir)
-        session = _WriteSession(
+        session = WriteSession(
             state, [task, *lookahead] if module.write_then_read else None, first=record
         )
         try:
@@ -601,12 +469,12 @@ class Executor:
                 time.sleep(READ_RETRY_DELAY_S)
             raw: CommandResult | None = None
             if attempt == 0 and (session.reads is not None or lookahead):
-                reads = session.reads
-                if reads is None:
-                    reads = batch_read(state.conn(), [task, *lookahead])
-                verify, *ahead = reads
-                if after_write is not None:
-                    after_write.update(zip(map(id, lookahead), ahead, strict=True))
+                reads_now = session.reads
+                if reads_now is None:
+                    reads_now = batch_read(state.conn(), [task, *lookahead])
+                verify, *after = reads_now
+                if reads is not None:
+                    reads.replace(ahead, after)
                 raw = verify if verify is not None and verify.rc == 0 else None
             if raw is None:
                 raw = state.conn().run(module.read_script(args))
@@ -622,7 +490,7 @@ class Executor:
             )
             message = f"state still differs after apply: {still}"
             try:
-                found = module.diagnose(args, _ReadSession(state))
+                found = module.diagnose(args, ReadSession(state))
             except HostUnreachable:
                 raise
             except Exception:  # the diagnosis is a courtesy; the failure stands without it
@@ -632,7 +500,7 @@ class Executor:
             raise CommandFailed(CommandResult("", 1, "", message))
 
     def _withdraw_if_unchanged(
-        self, state: _HostState, task: PlannedTask, obs: Observation, keys: list[str]
+        self, state: HostState, task: PlannedTask, obs: Observation, keys: list[str]
     ) -> None:
         """After a failed write: when the task's state is still what it was before, the handlers
         this write newly recorded as owed are not owed after all (nothing changed)."""
@@ -670,17 +538,6 @@ class Executor:
     def _finish(result: TaskResult, started: float) -> TaskResult:
         result.duration_s = time.monotonic() - started
         return result
-
-
-def _upcoming(tasks: list[PlannedTask], start: int, limit: int) -> list[PlannedTask]:
-    """Up to ``limit`` module tasks from ``start`` on, stopping at a flush of handlers (the
-    handlers may change what those tasks would read)."""
-    out: list[PlannedTask] = []
-    for task in tasks[start:]:
-        if task.flush_handlers or len(out) >= limit:
-            break
-        out.append(task)
-    return out
 
 
 def _try_observe(

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from deployer.booleans import truthy
 from deployer.memory import collector_paused
 
 JOBS = ("dcgm", "node", "prometheus", "alertmanager", "thanos-sidecar")
@@ -80,13 +81,6 @@ def members(variables: Mapping[str, Any], group_names: Sequence[str]) -> list[st
     """Hosts of the named inventory groups, in inventory order, each once."""
     groups = variables["groups"]
     return _unique([h for g in group_names for h in groups.get(g, [])])
-
-
-def truthy(value: Any) -> bool:
-    """A variable as a boolean, as the engine's ``bool`` filter reads it."""
-    if isinstance(value, str):
-        return value.strip().lower() in {"yes", "true", "on", "1"}
-    return bool(value)
 
 
 def job_members(variables: Mapping[str, Any], job: str) -> list[str]:

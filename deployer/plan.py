@@ -13,6 +13,7 @@ from collections import ChainMap
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from deployer.errors import InputError
@@ -24,6 +25,19 @@ from deployer.templating import Renderer, TemplatedVars, make_environment
 from deployer.varformats import FORMATS
 
 ALWAYS = "always"
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def resolve(
+    inventory: Any, host: str, defaults: dict[str, Any], overrides: Mapping[str, Any] = EMPTY
+) -> dict[str, Any]:
+    """The one variable rule: the defaults of the roles in scope < the inventory's layers (group,
+    host, ``-e``) < the run's overrides (what a command sets for its own converge, such as the
+    rollout's target driver). A new dict, the caller's to extend."""
+    variables = inventory.resolve_vars(host, defaults)
+    if overrides:
+        variables.update(overrides)
+    return variables
 
 
 @dataclass
@@ -39,6 +53,8 @@ class PlannedTask:
     notify: tuple[str, ...] = ()
     secret_args: frozenset[str] = frozenset()
     handler: bool = False
+    # The task's tags with its play's: how a caller finds a task (never by its name).
+    tags: frozenset[str] = frozenset()
     # (peer host, readiness URL): the engine takes this task's service down only while every
     # peer answers (deployer/executor.py, the HA invariant).
     ha_peers: tuple[tuple[str, str], ...] = ()
@@ -73,9 +89,16 @@ class LazyHostVars(Mapping[str, Any]):
 
     renders_itself = True  # entries are TemplatedVars: each host renders in its own scope
 
-    def __init__(self, inventory: Any, defaults: dict[str, Any], renderer: Renderer) -> None:
+    def __init__(
+        self,
+        inventory: Any,
+        defaults: dict[str, Any],
+        renderer: Renderer,
+        overrides: Mapping[str, Any] = EMPTY,
+    ) -> None:
         self._inventory = inventory
         self._defaults = defaults
+        self._overrides = overrides
         self._renderer = renderer
         self._cache: dict[str, TemplatedVars] = {}
 
@@ -83,7 +106,7 @@ class LazyHostVars(Mapping[str, Any]):
         if name not in self._cache:
             if name not in self._inventory.hosts:
                 raise KeyError(name)
-            v = self._inventory.resolve_vars(name, self._defaults)  # a new dict: ours to extend
+            v = resolve(self._inventory, name, self._defaults, self._overrides)
             v["inventory_hostname"] = name
             v["hostvars"] = self
             self._cache[name] = TemplatedVars(v, self._renderer, source=f"variables of {name}")
@@ -107,16 +130,14 @@ class Planner:
         *,
         tags: frozenset[str] = frozenset(),
         skip_tags: frozenset[str] = frozenset(),
-        extra_context: Mapping[str, Any] | None = None,
     ) -> None:
         self.inventory = inventory
         self.roles_path = roles_path
         self.shared_templates = shared_templates
         self.tags = tags
         self.skip_tags = skip_tags
-        self.extra_context = dict(extra_context or {})
         self._roles: dict[str, Role] = {}
-        self._play_defaults: dict[int, tuple[Play, dict[str, Any]]] = {}
+        self._defaults: dict[tuple[str, ...], dict[str, Any]] = {}
         self.renderer = Renderer(make_environment())
         self._groups = {
             name: list(self.inventory.group_hosts(name)) for name in self.inventory.groups
@@ -135,35 +156,71 @@ class Planner:
             for r in play.roles:
                 self.role(r)
 
-    def play_defaults(self, play: Play) -> dict[str, Any]:
-        """The play's roles' defaults merged (once per play; treat the result as read-only)."""
-        cached = self._play_defaults.get(id(play))
-        if cached is not None and cached[0] is play:
-            return cached[1]
-        merged: dict[str, Any] = {}
-        for r in play.roles:
-            merged.update(self.role(r).defaults)
-        self._play_defaults[id(play)] = (play, merged)
+    def defaults_of(self, roles: tuple[str, ...]) -> dict[str, Any]:
+        """The defaults of ``roles`` merged in order (once per distinct tuple; read-only)."""
+        merged = self._defaults.get(roles)
+        if merged is None:
+            merged = {}
+            for r in roles:
+                merged.update(self.role(r).defaults)
+            self._defaults[roles] = merged
         return merged
 
-    def host_vars(self, host: str, play: Play) -> Mapping[str, Any]:
-        defaults = self.play_defaults(play)
-        variables = dict(self.inventory.resolve_vars(host, defaults))
+    def play_defaults(self, play: Play) -> dict[str, Any]:
+        """The defaults a play's tasks see: those of the play's roles (Ansible's scope with
+        private_role_vars off: a play's roles share their defaults, other plays' roles do not)."""
+        return self.defaults_of(play.roles)
+
+    def variables(
+        self, host: str, roles: tuple[str, ...], overrides: Mapping[str, Any] = EMPTY
+    ) -> dict[str, Any]:
+        """``host``'s variables in the scope of ``roles`` (the rule: :func:`resolve`)."""
+        return resolve(self.inventory, host, self.defaults_of(roles), overrides)
+
+    def scope(
+        self,
+        host: str,
+        roles: tuple[str, ...],
+        context: Mapping[str, Any] = EMPTY,
+        overrides: Mapping[str, Any] = EMPTY,
+    ) -> Mapping[str, Any]:
+        """What templates on ``host`` see in the scope of ``roles``: its variables, the magic
+        variables, and ``context`` (per-host values the session computes: ``facts``,
+        ``gpu_plan``), every value rendered when read."""
+        defaults = self.defaults_of(roles)
+        variables = resolve(self.inventory, host, defaults, overrides)
         variables.update(
             inventory_hostname=host,
             group_names=sorted(
                 g for g, members in self._group_sets.items() if host in members and g != "all"
             ),
             groups=self._groups,
-            hostvars=LazyHostVars(self.inventory, defaults, self.renderer),
+            hostvars=LazyHostVars(self.inventory, defaults, self.renderer, overrides),
         )
-        variables.update(self.extra_context)
+        variables.update(context)
         return TemplatedVars(variables, self.renderer, source=f"variables of {host}")
 
-    def plan_host(self, host: str, plays: list[Play]) -> HostPlan:
+    def host_vars(
+        self,
+        host: str,
+        play: Play,
+        context: Mapping[str, Any] = EMPTY,
+        overrides: Mapping[str, Any] = EMPTY,
+    ) -> Mapping[str, Any]:
+        """What the play's tasks on ``host`` see (:meth:`scope` of the play's roles)."""
+        return self.scope(host, play.roles, context, overrides)
+
+    def plan_host(
+        self,
+        host: str,
+        plays: list[Play],
+        context: Mapping[str, Any] = EMPTY,
+        overrides: Mapping[str, Any] = EMPTY,
+    ) -> HostPlan:
+        """``host``'s tasks of ``plays``; ``context`` and ``overrides`` as for :meth:`scope`."""
         plan = HostPlan(host=host)
         for play in plays:
-            variables = self.host_vars(host, play)
+            variables = self.host_vars(host, play, context, overrides)
             tasks: list[PlannedTask] = []
             handlers: dict[str, PlannedTask] = {}
             order: list[str] = []
@@ -174,7 +231,11 @@ class Planner:
                 for task in role.tasks:
                     if not self._selected(task, play):
                         continue
-                    tasks.extend(self._expand(role, task, variables, handler=False))
+                    tasks.extend(
+                        self._expand(
+                            role, task, variables, handler=False, tags=task.tags | play.tags
+                        )
+                    )
                 for h in role.handlers:
                     planned = self._expand(role, h, variables, handler=True)
                     if planned:
@@ -274,7 +335,13 @@ class Planner:
         return bool(tags & self.tags) or ALWAYS in tags
 
     def _expand(
-        self, role: Role, task: Task, variables: Mapping[str, Any], *, handler: bool
+        self,
+        role: Role,
+        task: Task,
+        variables: Mapping[str, Any],
+        *,
+        handler: bool,
+        tags: frozenset[str] = frozenset(),
     ) -> list[PlannedTask]:
         items: list[Any] = [None]
         if task.loop is not None:
@@ -301,11 +368,17 @@ class Planner:
                     )
                 if not cond:
                     continue
-            out.append(self._concrete(role, task, scope, item, handler))
+            out.append(self._concrete(role, task, scope, item, handler, tags))
         return out
 
     def _concrete(
-        self, role: Role, task: Task, scope: Mapping[str, Any], item: Any, handler: bool
+        self,
+        role: Role,
+        task: Task,
+        scope: Mapping[str, Any],
+        item: Any,
+        handler: bool,
+        tags: frozenset[str],
     ) -> PlannedTask:
         if task.module == META:
             return PlannedTask(
@@ -339,6 +412,7 @@ class Planner:
             notify=task.notify,
             secret_args=frozenset(module.secret_args(args)),
             handler=handler,
+            tags=tags,
             ha_peers=(
                 self._ha_peers(task, scope, str(scope["inventory_hostname"]))
                 if task.ha_peers is not None

@@ -2,7 +2,8 @@
 
 The engine never prints; it calls the Events methods implemented here. On a terminal the progress
 is a live table (rich); elsewhere one line per finished task that is not plain ok, as plain text
-(rich is imported only for a terminal: it is a tenth of a short run's start-up).
+(rich is imported only for a terminal: importing it is a visible part of a short run's start-up,
+bench/README.md).
 """
 
 from __future__ import annotations
@@ -203,7 +204,8 @@ class ConsoleReporter:
 
 def plain_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     """A table drawn like rich's default (heavy head), as plain text: the first column left,
-    the others right-aligned. Linear in rows; rich takes ~4 ms a row to measure and render."""
+    the others right-aligned. Linear in rows; rich's measuring and rendering of every row is
+    what made the recap of a large run slow (bench/README.md)."""
     widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
 
     def rule(left: str, mid: str, right: str, fill: str) -> str:

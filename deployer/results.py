@@ -37,6 +37,8 @@ class TaskResult:
     # A handler an earlier run owed this host (its change was made, the handler never ran):
     # when it became owed, the host's UTC time.
     owed_since: str | None = None
+    # The task's tags (with its play's): how a caller recognises a task, never by its name.
+    tags: frozenset[str] = frozenset()
 
     @property
     def changed(self) -> bool:

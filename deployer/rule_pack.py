@@ -28,7 +28,8 @@ from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
-from deployer import compat, dcgm_fields
+from deployer import dcgm_fields
+from deployer.gpu import matrix
 
 # Boards whose memory has no temperature sensor NVML reports: nvidia-smi prints "Memory Current
 # Temp: N/A" and dcgm-exporter exports DCGM_FI_DEV_MEMORY_TEMP 0. Model keys of
@@ -102,7 +103,7 @@ def identity_labels(alertname: str) -> tuple[str, ...]:
 
 def _exporter_names(model: str) -> list[str]:
     """The NVML names of a compat model (the exporter's ``modelName``), without lspci's names."""
-    found = compat.matrix().models.get(model)
+    found = matrix.matrix().models.get(model)
     return [n for n in (found.names if found else ()) if "[" not in n]
 
 

@@ -1,26 +1,34 @@
-"""One invocation's work: load and validate everything, then converge (the CLI calls only this).
+"""One invocation's work: load and validate everything once, then converge (every command builds
+one ``DeploySession``).
 
 Loading (inventory, site, roles, the full per-host plan) happens before any connection, so bad
-input fails with exit 2 and nothing touched.
+input fails with exit 2 and nothing touched. What was loaded serves the whole command:
+``converge_hosts`` converges any set of hosts and plays with a run's overrides (typed variables
+above ``-e``) on it -- a rolling upgrade's batches are calls of it, as Ansible's
+``restrict_to_hosts(batch)`` around one executor -- with facts read again for those hosts and
+the same kept connections (``pool``; ``open_connection`` opens one more, for a drain host).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployer import driver_record, gpu_plan, memory, preflight
 from deployer import inventory as inv
+from deployer import memory
 from deployer.connection import ConnectionPool, SSHConnection, SSHTarget
 from deployer.errors import HostUnreachable, InputError
-from deployer.executor import DEFAULT_FORKS, Executor
+from deployer.executor import DEFAULT_FORKS, Events, Executor, NoEvents
 from deployer.facts import HostFacts, gather
+from deployer.gpu import driver_record, gpu_plan, preflight
 from deployer.hostpattern import NoHostsMatched, select
-from deployer.plan import HostPlan, Planner
+from deployer.plan import EMPTY, HostPlan, Planner
 from deployer.report import ConsoleReporter, write_json
 from deployer.results import RunReport
 from deployer.roles import Play, load_site
@@ -64,42 +72,67 @@ def validation_facts(host: str) -> HostFacts:
 
 
 class DeploySession:
-    def __init__(self, options: RunOptions, inventory: Any, hosts: list[str]) -> None:
+    """One command's inventory, site, roles and compiled templates (loaded once), its hosts'
+    plans and facts, and the connections it keeps open (``pool``)."""
+
+    def __init__(
+        self,
+        options: RunOptions,
+        inventory: Any,
+        hosts: list[str],
+        plays: Callable[[Play], bool] | None = None,
+    ) -> None:
         self.options = options
         self.inventory = inventory
         self.hosts = hosts
+        # The site's plays (loaded once, with the roles, by the first plan) and those this
+        # command runs (``load(plays=...)``; all of them by default).
+        self.site_plays: tuple[Play, ...] = ()
         self.plays: tuple[Play, ...] = ()
+        self._play_filter = plays
         self.plans: list[HostPlan] = []
         self.planner: Planner | None = None
-        self.pool = ConnectionPool(self._open)
+        self.pool = ConnectionPool(self.open_connection)
         self.facts: dict[str, HostFacts] = {}
         # what upgrade-driver recorded on each GPU host (read with the facts; None: nothing)
         self.driver_records: dict[str, driver_record.DriverRecord | None] = {}
         self.unreachable: dict[str, str] = {}
+        # Hosts of one rollout batch plan in parallel threads: one at a time through the planner.
+        self._planning = threading.Lock()
 
     @classmethod
-    def load(cls, options: RunOptions, *, plan: bool = True) -> DeploySession:
+    def load(
+        cls,
+        options: RunOptions,
+        *,
+        plan: bool = True,
+        plays: Callable[[Play], bool] | None = None,
+    ) -> DeploySession:
+        """The inventory loaded and the ``--limit`` hosts selected; with ``plan`` every selected
+        host planned (templates checked) for the site's plays ``plays`` selects."""
         extra = inv.parse_extra_vars(options.extra_vars)
         inventory = inv.load_inventory(options.inventory, extra_vars=extra)
         # The inventory lives as long as the run: the cyclic GC need not scan it again and again
-        # while every host's variables are built (variable resolution of 100,000 hosts 1.1 ->
-        # 0.8 s).
+        # while every host's variables are built (see bench/README.md, "Planning").
         memory.keep_for_the_run()
         hosts = [h.name for h in select(inventory, options.limit)]
-        session = cls(options, inventory, hosts)
+        session = cls(options, inventory, hosts, plays)
         if plan:
             session.build_plan()
         return session
 
-    def build_plan(self, facts: dict[str, HostFacts] | None = None) -> None:
-        """Plan every selected host. Without facts (before connecting) each host gets empty facts,
-        so templates and conditions that use them are still checked for undefined names."""
-        planner = self.planner
-        if planner is None:
-            # Once per session: the plan built with facts reuses the site, the roles and the
-            # compiled templates of the plan built before connecting.
+    def open_connection(self, host: str) -> SSHConnection:
+        """A new connection to an inventory host (the pool keeps one per host; a drain host
+        that is not converged gets its own)."""
+        return SSHConnection(ssh_target(self.inventory.connection(host)))
+
+    def load_content(self) -> Planner:
+        """The site, its roles and their templates, loaded and checked once per session."""
+        if self.planner is None:
             site = self.options.site or DEFAULT_SITE
-            self.plays = load_site(site)
+            self.site_plays = load_site(site)
+            wanted = self._play_filter or (lambda play: True)
+            self.plays = tuple(p for p in self.site_plays if wanted(p))
             roles_path = [*self.options.roles_path, DEFAULT_ROLES]
             if self.options.site is not None:
                 roles_path.insert(len(self.options.roles_path), self.options.site.parent / "roles")
@@ -110,40 +143,72 @@ class DeploySession:
                 tags=self.options.tags,
                 skip_tags=self.options.skip_tags,
             )
-            planner.load_roles(self.plays)
+            planner.load_roles(self.site_plays)
             self.planner = planner
-        selected = set(self.hosts)
-        per_host: dict[str, list[Play]] = {h: [] for h in self.hosts}
-        for play in self.plays:
-            try:
-                members = [h.name for h in select(self.inventory, play.hosts)]
-            except NoHostsMatched:
-                continue  # a site play for a group this inventory lacks applies to no host
-            except InputError as exc:
-                raise InputError(
-                    exc.message, source=play.source, line=play.line, key="hosts"
-                ) from exc
-            for h in members:
-                if h in selected:
-                    per_host[h].append(play)
-        self.plans = []
-        gpu = set(preflight.gpu_hosts(self.inventory, self.hosts))
-        for h in self.hosts:
-            if not per_host[h]:
-                continue
-            found = (facts or {}).get(h)
-            context: dict[str, Any] = {"facts": (found or validation_facts(h)).to_json()}
-            if h in gpu:
-                # The GPU roles read the resolved compatibility plan (deployer/gpu_plan.py), for
-                # the driver the host is to run (preflight.choose_driver).
-                context["gpu_plan"] = gpu_plan.template_plan(
-                    h, self.driver_choice(h).variables, found, self.driver_records.get(h)
-                )
-            planner.extra_context = context
-            self.plans.append(planner.plan_host(h, per_host[h]))
+        return self.planner
 
-    def _open(self, host: str) -> SSHConnection:
-        return SSHConnection(ssh_target(self.inventory.connection(host)))
+    def play_hosts(self, play: Play) -> list[str]:
+        """The inventory hosts a play applies to (none when its pattern matches no host)."""
+        try:
+            return [h.name for h in select(self.inventory, play.hosts)]
+        except NoHostsMatched:
+            return []  # a site play for a group this inventory lacks applies to no host
+        except InputError as exc:
+            raise InputError(exc.message, source=play.source, line=play.line, key="hosts") from exc
+
+    def role_variables(self, role: str) -> dict[str, Mapping[str, Any]]:
+        """Every host of the site's first play with ``role``, as that play's tasks see its
+        variables (before any connection: stand-in facts). Empty when no play has the role."""
+        planner = self.load_content()
+        play = next((p for p in self.site_plays if role in p.roles), None)
+        if play is None:
+            return {}
+        return {
+            h: planner.host_vars(h, play, {"facts": validation_facts(h).to_json()})
+            for h in self.play_hosts(play)
+        }
+
+    def build_plan(self, facts: dict[str, HostFacts] | None = None) -> None:
+        """Plan every selected host. Without facts (before connecting) each host gets stand-in
+        facts, so templates and conditions that use them are still checked for undefined names."""
+        self.load_content()
+        self.plans = self.plan_hosts(self.hosts, self.plays, facts)
+
+    def plan_hosts(
+        self,
+        hosts: Sequence[str],
+        plays: Sequence[Play],
+        facts: Mapping[str, HostFacts] | None = None,
+        overrides: Mapping[str, Any] = EMPTY,
+    ) -> list[HostPlan]:
+        """The plans of ``hosts`` for those of ``plays`` that apply to them (the site, roles and
+        compiled templates loaded once serve every call)."""
+        planner = self.load_content()
+        wanted = set(hosts)
+        per_host: dict[str, list[Play]] = {h: [] for h in hosts}
+        for play in plays:
+            for h in self.play_hosts(play):
+                if h in wanted:
+                    per_host[h].append(play)
+        gpu = set(preflight.gpu_hosts(self.inventory, list(hosts)))
+        plans = []
+        with self._planning:
+            for h in hosts:
+                if not per_host[h]:
+                    continue
+                found = (facts or {}).get(h)
+                context: dict[str, Any] = {"facts": (found or validation_facts(h)).to_json()}
+                if h in gpu:
+                    # The GPU roles read the resolved compatibility plan (deployer/gpu/gpu_plan.py),
+                    # for the driver the host is to run (preflight.choose_driver).
+                    context["gpu_plan"] = gpu_plan.template_plan(
+                        h,
+                        self.driver_choice(h, overrides).variables,
+                        found,
+                        self.driver_records.get(h),
+                    )
+                plans.append(planner.plan_host(h, per_host[h], context, overrides))
+        return plans
 
     def gather_facts(self, hosts: list[str], forks: int = DEFAULT_FORKS) -> dict[str, HostFacts]:
         """Facts of ``hosts`` in parallel over the pooled connections; unreachable hosts noted."""
@@ -165,15 +230,21 @@ class DeploySession:
             for host, found, error in ex.map(one, hosts):
                 if found is not None:
                     self.facts[host] = found
+                    self.unreachable.pop(host, None)
                 else:
                     self.unreachable[host] = error or "unreachable"
         return self.facts
 
-    def driver_choice(self, host: str) -> preflight.DriverChoice:
-        """The GPU host's variables with the driver it is to run, and where that comes from."""
-        explicit = [k for k in driver_record.DRIVER_VARS if k in self.inventory.extra_vars]
+    def driver_choice(
+        self, host: str, overrides: Mapping[str, Any] = EMPTY
+    ) -> preflight.DriverChoice:
+        """The GPU host's variables with the driver it is to run, and where that comes from (a
+        driver given with ``-e`` or by the run's ``overrides`` is an explicit wish)."""
+        explicit = [
+            k for k in driver_record.DRIVER_VARS if k in self.inventory.extra_vars or k in overrides
+        ]
         return preflight.choose_driver(
-            self.host_variables(host), self.driver_records.get(host), explicit=explicit
+            self.host_variables(host, overrides), self.driver_records.get(host), explicit=explicit
         )
 
     def driver_notes(self) -> dict[str, str]:
@@ -224,14 +295,17 @@ class DeploySession:
             )
         return refused
 
-    def host_variables(self, host: str) -> dict[str, Any]:
-        """A host's variables with the defaults of every role the site applies to it."""
-        defaults: dict[str, Any] = {}
-        if self.planner is not None:
-            for play in self.plays:
-                for r in play.roles:
-                    defaults.update(self.planner.role(r).defaults)
-        return dict(self.inventory.resolve_vars(host, defaults))
+    def gpu_roles(self) -> tuple[str, ...]:
+        """The GPU roles the site applies, in site order: the scope of a GPU host's plan (every
+        one of them reads ``gpu_plan``, so their defaults together feed it)."""
+        self.load_content()
+        found = [r for play in self.site_plays for r in play.roles if r in preflight.GPU_ROLES]
+        return tuple(dict.fromkeys(found))
+
+    def host_variables(self, host: str, overrides: Mapping[str, Any] = EMPTY) -> dict[str, Any]:
+        """A GPU host's variables in the scope of the GPU roles (``Planner.variables``: the one
+        rule, the same a play's tasks see in the scope of the play's roles)."""
+        return self.load_content().variables(host, self.gpu_roles(), overrides)
 
     def converge(
         self,
@@ -243,6 +317,8 @@ class DeploySession:
         out_of_service: bool = False,
         allow_ha_degraded: bool = False,
     ) -> RunReport:
+        """``up``: the preflight (refused: nothing written), then every selected host converged,
+        reported on the console (and as JSON)."""
         try:
             self.gather_facts([p.host for p in self.plans], forks)
             refused = self.preflight(offline=False, forks=forks, out_of_service=out_of_service)
@@ -271,6 +347,31 @@ class DeploySession:
             return report
         finally:
             self.pool.close_all()
+
+    def converge_hosts(
+        self,
+        hosts: Sequence[str],
+        plays: Sequence[Play],
+        *,
+        overrides: Mapping[str, Any] = EMPTY,
+        events: Events | None = None,
+        forks: int = DEFAULT_FORKS,
+    ) -> RunReport:
+        """Converge ``hosts`` with ``plays`` and the run's ``overrides`` on what this session
+        loaded: their facts read again (a step before may have changed them), their plans made
+        from those, run on the kept connections. No preflight: the caller judged the plan."""
+        hosts = list(hosts)
+        for h in hosts:
+            self.unreachable.pop(h, None)
+        self.gather_facts(hosts, forks)
+        reachable = [h for h in hosts if h not in self.unreachable]
+        plans = self.plan_hosts(reachable, plays, self.facts, overrides)
+        executor = Executor(self.pool.get, forks=forks, events=events or NoEvents())
+        unreachable = {h: self.unreachable[h] for h in hosts if h in self.unreachable}
+        planned = {p.host for p in plans}
+        # An unreachable host is reported as such (a plan of no task stands in for it).
+        plans += [HostPlan(h) for h in unreachable if h not in planned]
+        return executor.run(plans, tuple(plays), unreachable=unreachable)
 
     def inventory_view(self, host: str | None) -> dict[str, Any]:
         if host is not None and host not in self.inventory.hosts:

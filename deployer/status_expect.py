@@ -168,8 +168,7 @@ def load_expectation(
         play, hosts = hosts_of(role)
         out: dict[str, Mapping[str, Any]] = {}
         for h in hosts:
-            planner.extra_context = {"facts": validation_facts(h).to_json()}
-            out[h] = planner.host_vars(h, play)
+            out[h] = planner.host_vars(h, play, {"facts": validation_facts(h).to_json()})
         return out
 
     exp = expect(

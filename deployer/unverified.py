@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from deployer.compat import DATA_FILE
+from deployer.gpu.matrix import DATA_FILE
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "unverified.md"
 BEGIN = (
@@ -28,7 +28,7 @@ BEGIN = (
 )
 END = "<!-- end of compat.yml marks -->"
 
-# what reads each field of compat.yml (deployer/compat.py), for the "where it is used" column
+# what reads each field of compat.yml (deployer/gpu/), for the "where it is used" column
 _USED_BY = {
     "type": "the default driver (newest LTSB or PB branch) and `upgrade-driver --to`",
     "names": "GPU name from facts -> model (`compat.model_from_gpu_name`)",

@@ -87,8 +87,9 @@ for _tag in ("!vault", "!vault-encrypted"):
     _Loader.add_constructor(_tag, _refuse_vault)
 
 
-# Parse with libyaml when PyYAML has it (an inventory can hold 100,000 hosts; the pure-Python
-# parser took 23 s for that), building the same line-tracking mappings with these constructors.
+# Parse with libyaml when PyYAML has it (an inventory can hold 100,000 hosts, and the pure-Python
+# parser is several times slower: bench/README.md), building the same line-tracking mappings with
+# these constructors.
 _CLoader = getattr(yaml, "CSafeLoader", None)
 _FastLoader: Any = (
     type(

@@ -3,7 +3,9 @@
 from deployer.modules import (  # noqa: F401
     accounts,
     archive,
+    assertion,
     command,
+    driver_switch,
     files,
     package,
     reboot,

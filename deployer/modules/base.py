@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from deployer.booleans import as_boolean
 from deployer.connection import CommandFailed, CommandResult
 
 
@@ -94,6 +95,9 @@ class Module:
     # round trip fewer). Set it for modules whose write is one or two cheap commands that end
     # the shell normally (no reboot, no reconnect): each write command then pays for a read.
     write_then_read: ClassVar[bool] = False
+    # A module with no write side (``assert``): the engine judges the task by its read alone,
+    # failing it with ``explain`` when the state differs (check mode too, before any change).
+    judged_by_read: ClassVar[bool] = False
 
     # ---- plan time (no host) -------------------------------------------------------------
     def validate(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -168,6 +172,10 @@ class Module:
         its write (a unit's state and last journal lines, say). None: nothing to add."""
         return None
 
+    def explain(self, args: dict[str, Any], session: HostSession, obs: Observation) -> str:
+        """Read-only: why the state differs, for a module ``judged_by_read``."""
+        return ""
+
     def desired(self, args: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -210,12 +218,10 @@ class Module:
 
 
 def _coerce_bool(key: str, value: str) -> bool:
-    low = value.strip().lower()
-    if low in {"yes", "true", "on", "1"}:
-        return True
-    if low in {"no", "false", "off", "0"}:
-        return False
-    raise ArgError(key, f"expected a boolean, got {value!r}")
+    found = as_boolean(value)
+    if found is None:
+        raise ArgError(key, f"expected a boolean, got {value!r}")
+    return found
 
 
 def _type_name(t: type | tuple[type, ...]) -> str:

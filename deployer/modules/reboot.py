@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from deployer.boot import BOOT_ID_PATH, POLL_S, REBOOT_COMMAND, BootWait, NotBack, reboot_and_wait
 from deployer.connection import CommandFailed, CommandResult
-from deployer.errors import HostUnreachable
 from deployer.modules.base import (
     ArgError,
     HostSession,
@@ -30,10 +30,8 @@ from deployer.modules.base import (
     register,
 )
 
-BOOT_ID = "/proc/sys/kernel/random/boot_id"
-# Detached so the command returns before the host goes down; the short sleep lets it return.
-REBOOT_COMMAND = "nohup sh -c 'sleep 2; systemctl reboot' >/dev/null 2>&1 </dev/null &"
-_PROBE = f"cat {BOOT_ID}; systemctl is-system-running 2>/dev/null || true"
+# The reboot and the wait: deployer/boot.py (the rollout's reboot step uses the same).
+BOOT_ID = BOOT_ID_PATH
 
 
 @register
@@ -49,7 +47,7 @@ class Reboot(Module):
     # Injectable for tests.
     clock: ClassVar[Callable[[], float]] = staticmethod(time.monotonic)
     sleep: ClassVar[Callable[[float], None]] = staticmethod(time.sleep)
-    poll_s: ClassVar[float] = 2.0
+    poll_s: ClassVar[float] = POLL_S
 
     def check(self, args: dict[str, Any]) -> None:
         if not 10 <= args["reboot_timeout"] <= 3600:
@@ -92,41 +90,14 @@ class Reboot(Module):
     def write(self, session: HostSession, args: dict[str, Any], obs: Observation) -> None:
         if not obs.differences:
             return
-        old = obs.actual["boot_id"]
-        timeout = args["reboot_timeout"]
-        deadline = self.clock() + timeout
-        try:
-            result = session.run(REBOOT_COMMAND, timeout=30)
-        except HostUnreachable:
-            result = None  # the host went down before the command returned: fine
-        if result is not None and result.rc != 0:
-            raise CommandFailed(result)
-        last = "no answer"
-        need_connect = True
-        while self.clock() < deadline:
-            self.sleep(self.poll_s)
-            try:
-                if need_connect:
-                    session.reconnect(max(1.0, deadline - self.clock()))
-                    need_connect = False
-                answer = session.run(_PROBE, timeout=30)
-            except HostUnreachable as exc:
-                last, need_connect = str(exc), True
-                continue
-            lines = answer.stdout.split()
-            boot_id = lines[0] if lines else ""
-            state = lines[1] if len(lines) > 1 else "unknown"
-            if not boot_id or boot_id == old:
-                # Still the old boot (going down): reconnect once it is gone.
-                last, need_connect = "still running the old boot", True
-                continue
-            if state == "running" or (state == "degraded" and args["allow_degraded"]):
-                return
-            last = f"new boot, systemd is {state}"
-            if state == "degraded":
-                failed = session.run("systemctl --failed --no-legend --plain 2>/dev/null")
-                units = [x.split()[0] for x in failed.stdout.splitlines() if x.split()]
-                last += f" (failed units: {' '.join(units[:8]) or 'unknown'})"
-        raise CommandFailed(
-            CommandResult(REBOOT_COMMAND, 1, "", f"host not back within {timeout}s: {last}")
+        how = BootWait(
+            reconnect=session.reconnect,
+            clock=self.clock,
+            sleep=self.sleep,
+            poll_s=self.poll_s,
+            allow_degraded=args["allow_degraded"],
         )
+        try:
+            reboot_and_wait(session.run, obs.actual["boot_id"], args["reboot_timeout"], how)
+        except NotBack as exc:
+            raise CommandFailed(CommandResult(REBOOT_COMMAND, 1, "", str(exc))) from None

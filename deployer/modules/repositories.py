@@ -241,14 +241,16 @@ class AptRepository(Module):
                 key = dearmor(base64.b64decode(fetched["key"]))
             except (BadKey, binascii.Error) as exc:
                 raise ValueError(f"key from {args['key_url']}: {exc}") from None
-            self._fetched_key = key
+            # The key travels with the observation to the write side (nothing is kept on the
+            # module between calls); only its digest is compared and shown.
+            actual["fetched_key"] = key
             actual["fetched_key.sha256"] = _sha(key)
         return actual
 
     def _key(self, args: dict[str, Any], actual: dict[str, Any]) -> bytes:
         if args.get("key") is not None:
             return dearmor(args["key"].encode("utf-8"))
-        return self._fetched_key
+        return actual["fetched_key"]
 
     def desired(self, args: dict[str, Any]) -> dict[str, Any]:
         if args["state"] == "absent":

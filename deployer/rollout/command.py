@@ -13,101 +13,62 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from deployer.connection import Connection, LocalConnection
 from deployer.errors import InputError
 from deployer.rollout import drain, monitoring
-from deployer.rollout.batching import Amount, plan_batches
-from deployer.rollout.controller import Rollout, Settings, initial_record_skips
+from deployer.rollout.batching import plan_batches
+from deployer.rollout.controller import Rollout, initial_record_skips
 from deployer.rollout.drain import DrainHook, DrainStateError, make_hook, node_name
-from deployer.rollout.preflight import Preflight, run_preflight
+from deployer.rollout.host_targets import Preflight, run_preflight
+from deployer.rollout.options import RolloutOptions
 from deployer.rollout.silences import host_matchers
 from deployer.rollout.state import HostRecord, RunRecord, StateStore, new_run_id
 from deployer.rollout.view import LiveView, plan_text, report
+from deployer.session import DeploySession, RunOptions
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
 
 @dataclass
 class UpgradeRequest:
+    """One invocation: the run's options (persisted; on ``--resume`` the record's) and what
+    belongs to this invocation only."""
+
     inventory: Path
     to: str | None
-    limit: str | None = None
-    extra_vars: tuple[str, ...] = ()
-    canary: int = 1
-    batch_size: str = "1"
-    max_unavailable: str | None = None
-    max_failures: int = 1
-    drain: str = "none"
-    drain_command: str | None = None
-    drain_host: str | None = None
-    pod_selector: str | None = None
-    job_timeout: int = 600
-    reboot: str = "auto"
-    silence_minutes: int = 120
-    diag_level: int = 2
+    options: RolloutOptions = field(default_factory=RolloutOptions)
     resume: str | None = None
     check: bool = False
     output: str = "text"
     state_dir: Path | None = None
 
 
-def _hook(req: UpgradeRequest) -> DrainHook:
+def _hook(options: RolloutOptions) -> DrainHook:
     return make_hook(
-        req.drain,
-        command=req.drain_command,
-        pod_selector=req.pod_selector,
-        timeout_s=req.job_timeout,
+        options.drain,
+        command=options.drain_command,
+        pod_selector=options.pod_selector,
+        timeout_s=options.job_timeout,
     )
 
 
-def _drain_connection(pre: Preflight, drain_host: str | None):
+def _drain_connection(session: DeploySession, drain_host: str | None):
     if not drain_host or drain_host in ("localhost", "controller"):
         return LocalConnection
-    if drain_host not in pre.session.inventory.hosts:
+    if drain_host not in session.inventory.hosts:
         raise InputError(
             f"drain host {drain_host!r} is not in the inventory (or say 'controller')",
             key="--drain-host",
         )
 
     def opener() -> Connection:
-        return pre.session._open(drain_host)
+        return session.open_connection(drain_host)
 
     return opener
-
-
-def _options(req: UpgradeRequest, total: int) -> dict[str, Any]:
-    batch = Amount.parse(req.batch_size, "--batch-size")
-    if req.canary < 0:
-        raise InputError("--canary must be 0 or more", key="--canary")
-    if req.max_failures < 1:
-        raise InputError("--max-failures must be at least 1", key="--max-failures")
-    batch_hosts = batch.of(total)
-    if req.max_unavailable is None:
-        max_unavailable = max(batch_hosts, req.canary, 1)
-    else:
-        max_unavailable = Amount.parse(req.max_unavailable, "--max-unavailable").of(total)
-    return {
-        "limit": req.limit,
-        "extra_vars": list(req.extra_vars),
-        "canary": req.canary,
-        "batch_size": str(batch),
-        "batch_size_hosts": batch_hosts,
-        "max_unavailable": req.max_unavailable,
-        "max_unavailable_hosts": max_unavailable,
-        "max_failures": req.max_failures,
-        "drain": req.drain,
-        "drain_command": req.drain_command,
-        "drain_host": req.drain_host,
-        "pod_selector": req.pod_selector,
-        "job_timeout": req.job_timeout,
-        "reboot": req.reboot,
-        "silence_minutes": req.silence_minutes,
-        "diag_level": req.diag_level,
-    }
 
 
 @dataclass
@@ -157,12 +118,14 @@ def _already_out(pre: Preflight, hook: DrainHook, opener) -> BeforeRun:
     return before
 
 
-def _new_record(req: UpgradeRequest, pre: Preflight, hook: DrainHook, opener) -> RunRecord:
+def _new_record(
+    req: UpgradeRequest, options: RolloutOptions, pre: Preflight, hook: DrainHook, opener
+) -> RunRecord:
     hosts = [h for h in pre.session.hosts if h in pre.hosts]
     # hosts already at the target are skipped, so the canary is a host that really upgrades
     todo = [h for h in hosts if not pre.hosts[h].up_to_date]
-    options = _options(req, len(pre.session.hosts))
-    batches = plan_batches(todo, options["canary"], options["batch_size_hosts"])
+    options = options.for_hosts(len(pre.session.hosts))
+    batches = plan_batches(todo, options.canary, options.batch_size_hosts or 1)
     before = _already_out(pre, hook, opener)
     t = pre.target
     record = RunRecord(
@@ -215,7 +178,7 @@ def _plan(record: RunRecord, pre: Preflight, hook: DrainHook, tier) -> dict[str,
                 + "}"
                 for ms in host_matchers(h, t.address)
             )
-            + f" for {record.options['silence_minutes']} min on {tier.alertmanagers[0]}"
+            + f" for {record.options.silence_minutes} min on {tier.alertmanagers[0]}"
             if tier.alertmanagers
             else "no Alertmanager in the inventory: not silenced"
         )
@@ -228,7 +191,7 @@ def _plan(record: RunRecord, pre: Preflight, hook: DrainHook, tier) -> dict[str,
         }
     return {
         "target": record.target,
-        "options": record.options,
+        "options": record.options.to_json(),
         "batches": record.batches,
         "unavailable_before": record.unavailable_before,
         "hosts": hosts,
@@ -252,7 +215,7 @@ def upgrade_driver(
     """Run the command; the exit status (see the module docstring)."""
     out = out or sys.stdout  # looked up at call time: the streams a caller set up (click's)
     err = err or sys.stderr
-    hook = _hook(req)
+    options, to, record = req.options, req.to, None
     if req.resume:
         store = StateStore.find(req.resume, req.state_dir)
         record = store.load()
@@ -264,36 +227,22 @@ def upgrade_driver(
                 f"run {record.run_id} upgrades to {record.target['version']}, not {req.to}",
                 key="--to",
             )
-        opts = record.options
-        req = UpgradeRequest(
-            inventory=req.inventory,
-            to=record.target["version"],
-            limit=opts["limit"],
-            extra_vars=tuple(opts["extra_vars"]),
-            canary=opts["canary"],
-            batch_size=opts["batch_size"],
-            max_unavailable=opts["max_unavailable"],
-            max_failures=opts["max_failures"],
-            drain=opts["drain"],
-            drain_command=opts["drain_command"],
-            drain_host=opts["drain_host"],
-            pod_selector=opts["pod_selector"],
-            job_timeout=opts["job_timeout"],
-            reboot=opts["reboot"],
-            silence_minutes=opts["silence_minutes"],
-            diag_level=opts["diag_level"],
-            resume=req.resume,
-            check=req.check,
-            output=req.output,
-            state_dir=req.state_dir,
-        )
-        hook = _hook(req)
-    if req.to is None:
+        options, to = record.options, record.target["version"]  # the run's, as it was started
+    hook = _hook(options)
+    if to is None:
         raise InputError("--to BRANCH_OR_VERSION is required (or --resume RUN)", key="--to")
-    _options(req, 1)  # bad amounts are input errors before any host is contacted
-    pre = run_preflight(req.inventory, req.limit, list(req.extra_vars), req.to)
+    options.check()  # bad amounts are input errors before any host is contacted
+    # The command's one session: inventory, site, roles and templates loaded once for the
+    # preflight, the monitoring tier and every converge of the run.
+    session = DeploySession.load(
+        RunOptions(
+            inventory=req.inventory, limit=options.limit, extra_vars=list(options.extra_vars)
+        ),
+        plan=False,
+    )
     try:
-        if req.resume:
+        pre = run_preflight(session, to)
+        if record is not None:
             # hosts this run finished are never touched again: only the others need preflight
             pending = [h for h, r in record.hosts.items() if r.state not in ("done", "skipped")]
             refused = [r for r in pre.refusals if r.host in pending]
@@ -307,14 +256,13 @@ def upgrade_driver(
                     f"hosts of run {record.run_id} not in the inventory any more: {', '.join(missing)}",
                     key="-i",
                 )
-        else:
-            if pre.refusals:
-                _print_refusals(pre, err)
-                return EXIT_INPUT
-        opener = _drain_connection(pre, req.drain_host)
-        tier = monitoring.load(req.inventory, list(req.extra_vars))
-        if not req.resume:
-            record = _new_record(req, pre, hook, opener)
+        elif pre.refusals:
+            _print_refusals(pre, err)
+            return EXIT_INPUT
+        opener = _drain_connection(session, options.drain_host)
+        tier = monitoring.load(session)
+        if record is None:
+            record = _new_record(req, options, pre, hook, opener)
         for h, why in pre.unreachable.items():
             print(f"UNREACHABLE {h}: {why} (counted out of service, not upgraded)", file=err)
         if req.check:
@@ -328,22 +276,14 @@ def upgrade_driver(
         if not req.resume:
             store = StateStore.create(record, req.state_dir)
         print(f"run {record.run_id}: state in {store.path}", file=err)
-        settings = Settings(
-            inventory=Path(req.inventory),
-            extra_vars=list(req.extra_vars),
-            reboot=req.reboot,
-            job_timeout_s=req.job_timeout,
-            silence_minutes=req.silence_minutes,
-            diag_level=req.diag_level,
-        )
         with store.locked(), LiveView(err) as view:
             rollout = Rollout(
                 record=record,
                 store=store,
                 targets=pre.hosts,
                 hook=hook,
-                settings=settings,
                 tier=tier,
+                session=session,
                 drain_connection=opener,
                 view=view,
             )
@@ -369,4 +309,4 @@ def upgrade_driver(
         ok = record.status == "finished" and not record.failures() and not pre.unreachable
         return EXIT_OK if ok else EXIT_FAILED
     finally:
-        pre.session.pool.close_all()
+        session.pool.close_all()

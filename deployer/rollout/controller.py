@@ -6,68 +6,53 @@ interrupted mid-step (a lost connection, Ctrl-C, a killed controller) are taken 
 ``--resume`` at the step they were in; every step is idempotent, so repeating the interrupted one
 is safe, and finished hosts are never touched again.
 
-The GPU roles are converged through the engine (``DeploySession`` for the plan, ``Executor`` to
-run it) for one host at a time, with the target driver as an extra variable and
-``nvidia_driver_reboot=never``: the first converge ("installing") installs the pinned packages and
-stops at the role's "loaded kernel module" check when a reboot is needed; the rollout reboots (or
-reloads the modules) itself, then converges again ("starting") so that DCGM, its CUDA variant and
-the exporter come up on the new driver and the roles verify them.
+The GPU roles are converged through the command's one ``DeploySession`` (what it loaded serves
+every converge: ``converge_hosts``) for one host at a time, with the target driver and
+``nvidia_driver_reboot: never`` as typed overrides: the first converge ("installing") installs the
+pinned packages and stops at the role's check tagged ``nvidia_driver_loaded`` when a reboot is
+needed; the rollout reboots (or reloads the modules) itself, then converges again ("starting") so
+that DCGM, its CUDA variant and the exporter come up on the new driver and the roles verify them.
+Every step reaches its host through a ``HostAccess`` (deployer/hostaccess.py) on the session's
+kept connections.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from deployer import status
+from deployer import boot, status
 from deployer.connection import CommandResult, Connection, LocalConnection
-from deployer.driver_record import DriverRecord, write_command
 from deployer.errors import HostUnreachable
-from deployer.executor import Executor
-from deployer.modules.reboot import REBOOT_COMMAND
-from deployer.plan import HostPlan, PlannedTask
+from deployer.gpu.driver_record import DriverRecord, write_command
+from deployer.hostaccess import HostAccess, Interrupted, pause
+from deployer.plan import PlannedTask
 from deployer.results import RunReport, Status, TaskResult
+from deployer.roles import Play
 from deployer.rollout import batching, drain, hostops, monitoring
 from deployer.rollout.drain import DrainHook, DrainStateError, NodeState, node_name
-from deployer.rollout.preflight import GPU_ROLES, HostTarget, target_vars
+from deployer.rollout.host_targets import GPU_ROLES, HostTarget
+from deployer.rollout.options import RolloutOptions, Timeouts, target_overrides
 from deployer.rollout.silences import SilenceError, Silences, host_matchers, silence_payload
 from deployer.rollout.state import FAILED, SKIPPED, TERMINAL, RunRecord, StateStore, next_step
-from deployer.session import DeploySession, RunOptions
+from deployer.rollout.validation import validate
+from deployer.session import DeploySession
 
 POLL_S = 5.0
 # Steps that change nothing on the host: a host that fails in one (GPU jobs still running at
 # --job-timeout, the drain refused) goes back to the scheduler as the run found it.
 BEFORE_ANY_CHANGE = ("draining", "waiting_jobs")
-LOADED_CHECK_TASK = "the loaded kernel module is driver"
+# The nvidia_driver role's check that the loaded kernel module is the planned driver: the one
+# failure the installing converge expects when the new driver needs a reboot (the next step).
+LOADED_CHECK_TAG = "nvidia_driver_loaded"
 Clock = Callable[[], float]
 
 
 class StepFailed(Exception):
     """The host cannot go on: it stays where it is (drained, silenced) with this reason."""
-
-
-class Interrupted(Exception):
-    """The controller was asked to stop (Ctrl-C): the host stays in its step for --resume."""
-
-
-@dataclass
-class Settings:
-    """The run's knobs (from the command line, kept in the state file for --resume)."""
-
-    inventory: Path
-    extra_vars: list[str]
-    reboot: str = "auto"  # auto | always | never
-    job_timeout_s: int = 600
-    silence_minutes: int = 120
-    diag_level: int = 2
-    exporter_timeout_s: int = 120
-    prometheus_timeout_s: int = 240
-    reboot_timeout_s: int = 900
 
 
 class View:
@@ -108,27 +93,31 @@ class Rollout:
     store: StateStore
     targets: dict[str, HostTarget]
     hook: DrainHook
-    settings: Settings
     tier: monitoring.MonitoringTier
+    session: DeploySession
     drain_connection: Callable[[], Connection] = LocalConnection
     view: View = field(default_factory=View)
     http_fetch: Callable[[str], status.Response] = status.http_fetch
     silences: Silences | None = None
     clock: Clock = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
+    sleep: Callable[[float], None] | None = None  # None: wait on the stop event (Ctrl-C ends it)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    # host -> its access (default: the session's kept connections, this run's clock and stop)
+    access: Callable[[str], HostAccess] | None = None
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._conns: dict[str, Connection] = {}
+        self._hosts: dict[str, HostAccess] = {}
         self._drain_conn: Connection | None = None
         self._drain_lock = threading.Lock()
         if self.silences is None and self.tier.alertmanagers:
             self.silences = Silences(self.tier.alertmanagers)
-        self._session = DeploySession.load(
-            RunOptions(inventory=self.settings.inventory, extra_vars=self._extra_vars()),
-            plan=False,
-        )
+
+    @property
+    def options(self) -> RolloutOptions:
+        """The run's options, as persisted in its record."""
+        return self.record.options
 
     # ------------------------------------------------------------------ the run
     def run(self) -> RunRecord:
@@ -147,8 +136,6 @@ class Rollout:
             rec.status = "interrupted"
             rec.stop_reason = "interrupted (Ctrl-C): continue with --resume"
         finally:
-            for c in self._conns.values():
-                c.close()
             if self._drain_conn is not None:
                 self._drain_conn.close()
             self.store.save(rec)
@@ -180,9 +167,9 @@ class Rollout:
                             fresh,
                             running=running,
                             out_of_service=rec.out_of_service(),
-                            max_unavailable=rec.options["max_unavailable_hosts"],
+                            max_unavailable=rec.options.max_unavailable_hosts or 1,
                             failures=len(rec.failures()),
-                            max_failures=rec.options["max_failures"],
+                            max_failures=rec.options.max_failures,
                         )
                         if step.start:
                             self.view.message(
@@ -213,12 +200,12 @@ class Rollout:
         if rec.status == "interrupted":
             return False
         failed = [h for h in batch if rec.hosts[h].state == FAILED]
-        if index == 0 and rec.options.get("canary") and failed:
+        if index == 0 and rec.options.canary and failed:
             self._stopped(f"the canary failed ({', '.join(failed)}): no further batch is started")
             return False
-        if len(rec.failures()) >= rec.options["max_failures"] and index + 1 < len(rec.batches):
+        if len(rec.failures()) >= rec.options.max_failures and index + 1 < len(rec.batches):
             self._stopped(
-                f"--max-failures {rec.options['max_failures']} reached "
+                f"--max-failures {rec.options.max_failures} reached "
                 f"({', '.join(rec.failures())}): no new batch is started"
             )
             return False
@@ -252,7 +239,7 @@ class Rollout:
                     self.record.stop_reason = (
                         f"{host}: connection lost during {step}; continue with --resume"
                     )
-                self._drop(host)
+                self._host(host).drop()
                 self.store.save(self.record)
                 self.view.changed(self.record, host)
                 return
@@ -287,38 +274,30 @@ class Rollout:
         self.store.save(self.record)
 
     # ------------------------------------------------------------------ connections
-    def _conn(self, host: str) -> Connection:
+    def _host(self, host: str) -> HostAccess:
         with self._lock:
-            conn = self._conns.get(host)
-        if conn is None or getattr(conn, "closed", False):
-            conn = self._session._open(host)
-            with self._lock:
-                self._conns[host] = conn
-        return conn
-
-    def _drop(self, host: str) -> None:
-        with self._lock:
-            conn = self._conns.pop(host, None)
-        if conn is not None:
-            conn.close()
+            access = self._hosts.get(host)
+            if access is None:
+                access = (
+                    self.access(host)
+                    if self.access is not None
+                    else HostAccess(host, self.session.pool, self._stop, self.clock, self.sleep)
+                )
+                self._hosts[host] = access
+        return access
 
     def _run_on(self, host: str, command: str, *, timeout: float | None = None) -> CommandResult:
-        try:
-            return self._conn(host).run(command, timeout=timeout)
-        except HostUnreachable:
-            self._drop(host)
-            return self._conn(host).run(command, timeout=timeout)  # one reconnect
+        return self._host(host).run(command, timeout=timeout)
 
     def _drain_run(self, command: str) -> CommandResult:
         with self._drain_lock:
             if self._drain_conn is None or getattr(self._drain_conn, "closed", False):
                 self._drain_conn = self.drain_connection()
             conn = self._drain_conn
-        return conn.run(command, timeout=self.settings.job_timeout_s + 60)
+        return conn.run(command, timeout=self.options.job_timeout + 60)
 
     def _wait(self, seconds: float) -> None:
-        if self._stop.wait(seconds):
-            raise Interrupted()
+        pause(self._stop, seconds, self.sleep)
 
     # ------------------------------------------------------------------ the steps
     def _reason(self, host: str) -> str:
@@ -383,7 +362,7 @@ class Rollout:
                 rec.drained_by_run = True
             self.store.save(self.record)
         idle = self.hook.command("idle", node, "") or "true"
-        deadline = self.clock() + self.settings.job_timeout_s
+        deadline = self.clock() + self.options.job_timeout
         while True:
             result = self._drain_run(idle)
             if result.rc == 0:
@@ -391,7 +370,7 @@ class Rollout:
             if self.clock() >= deadline:
                 raise StepFailed(
                     f"the scheduler still runs work on {node} after "
-                    f"{self.settings.job_timeout_s}s (--job-timeout): {_tail(result)}"
+                    f"{self.options.job_timeout}s (--job-timeout): {_tail(result)}"
                 )
             self.view.detail(host, f"waiting for the scheduler to empty {node}: {_tail(result, 1)}")
             self._wait(POLL_S)
@@ -444,7 +423,7 @@ class Rollout:
             "nvidia_driver_check", "/usr/local/libexec/gpumon/nvidia-driver-check"
         )
         script = hostops.jobs_script(str(check))
-        deadline = self.clock() + self.settings.job_timeout_s
+        deadline = self.clock() + self.options.job_timeout
         while True:
             result = self._run_on(host, script, timeout=60)
             if result.rc == 0:
@@ -453,7 +432,7 @@ class Rollout:
                 raise StepFailed(f"cannot list GPU processes: {_tail(result)}")
             if self.clock() >= deadline:
                 raise StepFailed(
-                    f"GPU compute processes still running after {self.settings.job_timeout_s}s: "
+                    f"GPU compute processes still running after {self.options.job_timeout}s: "
                     + "; ".join(result.stdout.strip().splitlines()[:5])
                 )
             self.view.detail(host, "GPU jobs: " + "; ".join(result.stdout.split("\n")[:2]))
@@ -473,7 +452,7 @@ class Rollout:
                     payload = silence_payload(
                         matchers,
                         start=time.time(),
-                        minutes=self.settings.silence_minutes,
+                        minutes=self.options.silence_minutes,
                         comment=comment,
                     )
                     existing, peer = self.silences.create(payload, prefer=rec.silence_peer)
@@ -501,7 +480,7 @@ class Rollout:
         # The one failure expected: the role's check that the loaded module is the target, when
         # a reboot or reload is needed to load it (the next step does that).
         t = failed[0]
-        if len(failed) == 1 and t.role == "nvidia_driver" and LOADED_CHECK_TASK in t.task:
+        if len(failed) == 1 and LOADED_CHECK_TAG in t.tags:
             return
         raise StepFailed(f"converge failed at {t.role}: {t.task}: {t.error}")
 
@@ -509,11 +488,12 @@ class Rollout:
         rec = self.record.hosts[host]
         want = self.record.target["version"]
         loaded = self._run_on(host, hostops.LOADED_DRIVER, timeout=30).stdout.strip()
-        mode = self.settings.reboot
-        boot = self._run_on(host, hostops.BOOT_ID, timeout=30).stdout.strip()
+        mode = self.options.reboot
+        access = self._host(host)
+        boot_now = access.boot_id()
         marker = [n for n in rec.notes if n.startswith("boot before reboot: ")]
         if mode == "always":
-            if marker and marker[-1].split(": ", 1)[1] != boot:
+            if marker and marker[-1].split(": ", 1)[1] != boot_now:
                 return  # rebooted already (a resumed run)
         elif loaded == want:
             return
@@ -527,42 +507,15 @@ class Rollout:
                     f"{_tail(result)}; reboot the host or use --reboot auto"
                 )
             return
-        self._note(host, f"boot before reboot: {boot}")
+        self._note(host, f"boot before reboot: {boot_now}")
         self.view.detail(host, f"rebooting (loaded {loaded or 'none'}, want {want})")
-        self._reboot(host, boot)
-
-    def _reboot(self, host: str, old_boot: str) -> None:
-        with contextlib.suppress(HostUnreachable):
-            self._conn(host).run(REBOOT_COMMAND, timeout=30)
-        self._drop(host)
         timeout = int(
-            self.targets[host].variables.get(
-                "nvidia_driver_reboot_timeout", self.settings.reboot_timeout_s
-            )
+            self.targets[host].variables.get("nvidia_driver_reboot_timeout", self.timeouts.reboot_s)
         )
-        deadline = self.clock() + timeout
-        last = "no answer"
-        while self.clock() < deadline:
-            self._wait(2.0)
-            try:
-                answer = self._conn(host).run(
-                    f"{hostops.BOOT_ID}; systemctl is-system-running 2>/dev/null || true",
-                    timeout=30,
-                )
-            except HostUnreachable as exc:
-                self._drop(host)
-                last = str(exc)
-                continue
-            words = answer.stdout.split()
-            if not words or words[0] == old_boot:
-                self._drop(host)
-                last = "still the old boot"
-                continue
-            state = words[1] if len(words) > 1 else "unknown"
-            if state in ("running", "degraded"):
-                return
-            last = f"new boot, systemd is {state}"
-        raise StepFailed(f"not back within {timeout}s: {last}")
+        try:
+            access.reboot(boot_now, timeout)
+        except boot.NotBack as exc:
+            raise StepFailed(str(exc)) from None
 
     def _step_starting(self, host: str) -> None:
         report = self._converge(host)
@@ -574,17 +527,29 @@ class Rollout:
             raise StepFailed(f"converge failed at {t.role}: {t.task}: {t.error}")
 
     def _step_validating(self, host: str) -> None:
-        from deployer.rollout.validation import validate
-
-        problems, checks = validate(self, host)
+        rec = self.record.hosts[host]
+        target = self.targets[host]
+        # the GPUs seen before the run (kept in the state file, so a resumed run checks the same)
+        uuids = set(rec.before.get("gpu_uuids") or [g.uuid for g in target.facts.gpus])
+        problems, checks = validate(
+            self._host(host),
+            target,
+            want=self.record.target["version"],
+            expected_uuids=uuids,
+            diag_level=self.options.diag_level,
+            tier=self.tier,
+            fetch=self.http_fetch,
+            timeouts=self.timeouts,
+            detail=lambda text: self.view.detail(host, text),
+        )
         with self._lock:
-            self.record.hosts[host].validation = checks
+            rec.validation = checks
         self.store.save(self.record)
         if problems:
             raise StepFailed("validation failed: " + "; ".join(problems))
 
     def _step_recording(self, host: str) -> None:
-        """The validated target written on the host (``deployer.driver_record``): the next
+        """The validated target written on the host (``deployer.gpu.driver_record``): the next
         ``up`` keeps this driver while the inventory still says what it said at the start."""
         target = self.record.target
         record = DriverRecord(
@@ -617,39 +582,21 @@ class Rollout:
                 raise StepFailed(str(exc)) from exc
 
     # ------------------------------------------------------------------ converge
-    def _extra_vars(self) -> list[str]:
-        from deployer import compat
-
-        target = compat.DriverTarget(
-            requested=self.record.target["requested"],
-            branch=self.record.target["branch"],
-            version=self.record.target["version"],
-            listed=self.record.target.get("listed", True),
-        )
-        return [*self.settings.extra_vars, *target_vars(target), "nvidia_driver_reboot=never"]
-
     def _converge(self, host: str) -> RunReport:
-        """The GPU roles' plays for ``host`` through the engine (facts gathered again)."""
-        session = DeploySession.load(
-            RunOptions(
-                inventory=self.settings.inventory, limit=host, extra_vars=self._extra_vars()
-            ),
-            plan=False,
+        """The GPU roles' plays for ``host`` on the session (its facts read again), pointed at
+        the target by typed overrides (no ``-e`` text to parse again)."""
+        plays = _gpu_plays(self.session.plays)
+        return self.session.converge_hosts(
+            [host],
+            plays,
+            overrides=target_overrides(self.record.target),
+            events=_TaskEvents(self.view, host),
         )
-        try:
-            session.gather_facts([host])
-            if host in session.unreachable:
-                raise HostUnreachable(session.unreachable[host])
-            session.build_plan(session.facts)
-            plays = tuple(p for p in session.plays if p.roles and set(p.roles) <= set(GPU_ROLES))
-            plans = [
-                HostPlan(p.host, [hp for hp in p.plays if any(hp.play is q for q in plays)])
-                for p in session.plans
-            ]
-            executor = Executor(session.pool.get, events=_TaskEvents(self.view, host))
-            return executor.run(plans, plays, unreachable=session.unreachable)
-        finally:
-            session.pool.close_all()
+
+
+def _gpu_plays(plays: tuple[Play, ...]) -> tuple[Play, ...]:
+    """The site's plays of GPU roles only (a play that also applies another role is left out)."""
+    return tuple(p for p in plays if p.roles and set(p.roles) <= set(GPU_ROLES))
 
 
 def _failed_tasks(report: RunReport, host: str) -> list[TaskResult]:

@@ -39,7 +39,6 @@ def stop_services_script(services: tuple[str, ...] = GPU_SERVICES) -> str:
     )
 
 
-BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
 LOADED_DRIVER = (
     "cat /sys/module/nvidia/version 2>/dev/null || "
     "grep -m1 NVRM /proc/driver/nvidia/version 2>/dev/null | "

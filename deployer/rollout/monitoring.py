@@ -1,9 +1,9 @@
 """The monitoring tier as the rollout sees it: Alertmanager peers to silence through, and the
 Prometheus replicas that must see an upgraded host's exporter up with the new driver label.
 
-Both come from the inventory and the roles' variables (``deployer.status.load_expectation``); an
-inventory without a Prometheus or Alertmanager host simply has no monitoring tier, and the
-rollout then neither silences nor queries.
+Both come from the session's inventory and the roles' variables, as ``status`` expects the stack
+(``deployer.status.expect``); an inventory without a Prometheus or Alertmanager host gives an
+empty expectation, so no monitoring tier, and the rollout then neither silences nor queries.
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ import json
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from deployer import status
-from deployer.errors import InputError
+from deployer.session import DeploySession
 
 Fetch = Callable[[str], status.Response]
 
@@ -31,13 +30,13 @@ class MonitoringTier:
         return bool(self.alertmanagers or self.replicas)
 
 
-def load(inventory: Path, extra_vars: list[str]) -> MonitoringTier:
-    try:
-        exp = status.load_expectation(inventory, extra_vars)
-    except InputError as exc:
-        if "no host of the inventory is in a Prometheus or Alertmanager play" in exc.message:
-            return MonitoringTier()
-        raise
+def load(session: DeploySession) -> MonitoringTier:
+    """The tier the session's inventory describes (empty when it has none)."""
+    exp = status.expect(
+        session.role_variables("prometheus"),
+        session.role_variables("alertmanager"),
+        session.role_variables("thanos_query"),
+    )
     return MonitoringTier(
         alertmanagers=[p.url for p in exp.alertmanagers],
         replicas=[(r.host, r.url) for r in exp.replicas],

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import InputError
+from deployer.rollout.options import RolloutOptions
 
 STATE_DIR_ENV = "GPUMON_ROLLOUT_STATE_DIR"
 STATE_FILE = "state.json"
@@ -123,7 +124,7 @@ class RunRecord:
     run_id: str
     inventory: str
     target: dict[str, Any]  # requested, branch, version, listed
-    options: dict[str, Any]
+    options: RolloutOptions
     batches: list[list[str]]
     hosts: dict[str, HostRecord]
     unavailable_before: dict[str, str] = field(default_factory=dict)  # host -> why
@@ -135,6 +136,7 @@ class RunRecord:
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        data["options"] = self.options.to_json()
         data["hosts"] = {h: dataclasses.asdict(r) for h, r in self.hosts.items()}
         return data
 
@@ -143,8 +145,9 @@ class RunRecord:
         if data.get("schema") != SCHEMA:
             raise InputError(f"run state schema {data.get('schema')!r} is not {SCHEMA}")
         hosts = {h: HostRecord(**r) for h, r in data["hosts"].items()}
-        fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in fields and k != "hosts"}, hosts=hosts)
+        options = RolloutOptions.from_json(data["options"])
+        fields = {f.name for f in dataclasses.fields(cls)} - {"hosts", "options"}
+        return cls(**{k: v for k, v in data.items() if k in fields}, hosts=hosts, options=options)
 
     def failures(self) -> list[str]:
         return [h for h, r in self.hosts.items() if r.state == FAILED]

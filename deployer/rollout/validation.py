@@ -1,11 +1,11 @@
 """Validation of an upgraded host, before it goes back into service (checklist item 7 of the
 reference README; nvidia-driver.md §6, dcgm.md §6):
 
-- facts agree with the target plan (``compat.verify``): installed == loaded == nvidia-smi ==
+- facts agree with the target plan (``verify.verify``): installed == loaded == nvidia-smi ==
   target, Fabric Manager at the driver's version, DCGM version and CUDA variant, exporter;
 - nvidia-smi sees every GPU: ``gpu_count`` of them, every UUID the preflight saw;
 - ``dcgmi health -c`` reports Overall Health ``Healthy`` and ``dcgmi diag -r LEVEL`` no failed
-  test (level 0 skips the diag), judged by what they print (``deployer.dcgmi``): real dcgmi exits
+  test (level 0 skips the diag), judged by what they print (``deployer.gpu.dcgmi``): real dcgmi exits
   0 on an unhealthy GPU;
 - the exporter serves metrics of every GPU with ``DCGM_FI_DRIVER_VERSION`` = target (bounded
   wait: it samples on its own interval);
@@ -17,28 +17,42 @@ Returns the problems (empty: valid) and the list of checks for the report.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-from deployer import compat, dcgmi
 from deployer.facts import gather
+from deployer.gpu import dcgmi, verify
+from deployer.hostaccess import HostAccess
 from deployer.rollout import hostops, monitoring
-from deployer.rollout.preflight import observed
+from deployer.rollout.host_targets import HostTarget, observed
+from deployer.rollout.options import Timeouts
+from deployer.status import Response
 
-if TYPE_CHECKING:
-    from deployer.rollout.controller import Rollout
+Fetch = Callable[[str], Response]
 
 
 def _check(checks: list[dict[str, Any]], name: str, problem: str | None, detail: str = "") -> None:
     checks.append({"check": name, "ok": problem is None, "detail": problem or detail})
 
 
-def validate(ctl: Rollout, host: str) -> tuple[list[str], list[dict[str, Any]]]:
-    target = ctl.targets[host]
-    want = ctl.record.target["version"]
+def validate(
+    host: HostAccess,
+    target: HostTarget,
+    *,
+    want: str,
+    expected_uuids: set[str],
+    diag_level: int,
+    tier: monitoring.MonitoringTier,
+    fetch: Fetch,
+    timeouts: Timeouts,
+    detail: Callable[[str], None],
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Validate ``host`` (upgraded to ``want``): the problems (empty: valid) and every check.
+    ``expected_uuids`` are the GPUs seen before the run; ``detail`` shows progress."""
     checks: list[dict[str, Any]] = []
 
-    facts = gather(ctl._conn(host))
-    mismatches = compat.verify(target.resolved, observed(facts))
+    facts = gather(host.connection())
+    mismatches = verify.verify(target.resolved, observed(facts))
     _check(
         checks,
         "versions as planned",
@@ -47,29 +61,29 @@ def validate(ctl: Rollout, host: str) -> tuple[list[str], list[dict[str, Any]]]:
         f"({', '.join(target.resolved.dcgm_packages)}), exporter {target.resolved.exporter_tag}",
     )
 
-    probe = hostops.parse_probe(
-        ctl._run_on(host, hostops.probe_script(ctl.settings.diag_level), timeout=900).stdout
-    )
-    # the GPUs seen before the run (kept in the state file, so a resumed run checks the same ones)
-    before = ctl.record.hosts[host].before
-    expected_uuids = set(before.get("gpu_uuids") or [g.uuid for g in target.facts.gpus])
+    probe = hostops.parse_probe(host.run(hostops.probe_script(diag_level), timeout=900).stdout)
     checks.extend(
         judge_probe(
             probe,
             want=want,
             gpu_count=target.gpu_count,
             expected_uuids=expected_uuids,
-            diag_level=ctl.settings.diag_level,
+            diag_level=diag_level,
         )
     )
 
-    _check(checks, "exporter serves the new driver label", _exporter(ctl, host, want), want)
-    if ctl.tier.replicas:
+    _check(
+        checks,
+        "exporter serves the new driver label",
+        _exporter(host, target, want, timeouts.exporter_s),
+        want,
+    )
+    if tier.replicas:
         _check(
             checks,
             "Prometheus replicas see the host",
-            _prometheus(ctl, host, want),
-            ", ".join(h for h, _ in ctl.tier.replicas),
+            _prometheus(host, target, want, tier, fetch, timeouts.prometheus_s, detail),
+            ", ".join(h for h, _ in tier.replicas),
         )
     problems = [f"{c['check']}: {c['detail']}" for c in checks if not c["ok"]]
     return problems, checks
@@ -117,8 +131,8 @@ def _short(verdict: dcgmi.Verdict, limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _exporter(ctl: Rollout, host: str, want: str) -> str | None:
-    v = ctl.targets[host].variables
+def _exporter(host: HostAccess, target: HostTarget, want: str, timeout_s: int) -> str | None:
+    v = target.variables
     url = str(v.get("dcgm_exporter_verify_url") or "http://127.0.0.1:9400/metrics")
     basic = bool(v.get("dcgm_exporter_basic_auth_users"))
     stdin = None
@@ -128,14 +142,13 @@ def _exporter(ctl: Rollout, host: str, want: str) -> str | None:
             v.get("dcgm_exporter_scrape_password", ""),
         )
         stdin = f'user = "{user}:{password}"\n'.encode()
-    deadline = ctl.clock() + ctl.settings.exporter_timeout_s
+    deadline = host.clock() + timeout_s
     last = "not scraped"
     while True:
-        conn = ctl._conn(host)
-        result = conn.run(hostops.scrape_script(url, basic), stdin=stdin, timeout=30)
+        result = host.connection().run(hostops.scrape_script(url, basic), stdin=stdin, timeout=30)
         if result.rc == 0:
             drivers, uuids = hostops.exporter_driver_labels(result.stdout)
-            if drivers == {want} and len(uuids) >= ctl.targets[host].gpu_count:
+            if drivers == {want} and len(uuids) >= target.gpu_count:
                 return None
             last = (
                 f"DCGM_FI_DRIVER_VERSION {', '.join(sorted(drivers)) or 'absent'} on "
@@ -143,25 +156,32 @@ def _exporter(ctl: Rollout, host: str, want: str) -> str | None:
             )
         else:
             last = f"scraping {url} failed: {(result.stderr or result.stdout).strip()[-200:]}"
-        if ctl.clock() >= deadline:
+        if host.clock() >= deadline:
             return last
-        ctl._wait(3.0)
+        host.wait(3.0)
 
 
-def _prometheus(ctl: Rollout, host: str, want: str) -> str | None:
-    deadline = ctl.clock() + ctl.settings.prometheus_timeout_s
-    gpus = ctl.targets[host].gpu_count
+def _prometheus(
+    host: HostAccess,
+    target: HostTarget,
+    want: str,
+    tier: monitoring.MonitoringTier,
+    fetch: Fetch,
+    timeout_s: int,
+    detail: Callable[[str], None],
+) -> str | None:
+    deadline = host.clock() + timeout_s
     while True:
         problems = []
-        for name, base in ctl.tier.replicas:
+        for name, base in tier.replicas:
             why = monitoring.replica_sees(
-                ctl.http_fetch, base, host, ctl.tier.gpu_metric, want, gpus
+                fetch, base, host.host, tier.gpu_metric, want, target.gpu_count
             )
             if why is not None:
                 problems.append(f"{name}: {why}")
         if not problems:
             return None
-        if ctl.clock() >= deadline:
+        if host.clock() >= deadline:
             return "; ".join(problems)
-        ctl.view.detail(host, "waiting for Prometheus: " + problems[0])
-        ctl._wait(5.0)
+        detail("waiting for Prometheus: " + problems[0])
+        host.wait(5.0)

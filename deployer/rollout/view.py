@@ -80,7 +80,7 @@ def table(record: RunRecord, details: dict[str, str] | None = None) -> Table:
             since = r.history[-1][1] if r.history else None
             t.add_row(
                 str(batch_index + 1)
-                + (" (canary)" if batch_index == 0 and record.options.get("canary") else ""),
+                + (" (canary)" if batch_index == 0 and record.options.canary else ""),
                 h,
                 f"[{_STYLE.get(r.state, 'yellow')}]{r.state}[/]",
                 time.strftime("%H:%M:%S", time.localtime(since)) if since else "",

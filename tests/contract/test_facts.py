@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from deployer.compat import model_from_gpu_name
 from deployer.connection import CommandResult
 from deployer.facts import FACTS_SCRIPT, GPU, parse_facts
+from deployer.gpu.matrix import model_from_gpu_name
 from tests.contract import standins
 from tests.reality import capture, capture_text
 

@@ -1,4 +1,4 @@
-"""deployer/compat.py and deployer/data/compat.yml on every GPU name the real captures print.
+"""deployer/gpu/matrix.py and deployer/data/compat.yml on every GPU name the real captures print.
 
 One row per (capture, where in it the name is) -> (the exact name, the model
 ``compat.model_from_gpu_name`` must give). Beside the name, each capture says something of the
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from deployer.compat import matrix, model_from_gpu_name
+from deployer.gpu.matrix import matrix, model_from_gpu_name
 from tests.contract.captures import query, section
 from tests.reality import capture_text
 

@@ -1,4 +1,4 @@
-"""The rollout's validation (deployer/rollout/validation.py, deployer/dcgmi.py) on what real hosts
+"""The rollout's validation (deployer/rollout/validation.py, deployer/gpu/dcgmi.py) on what real hosts
 print after an upgrade.
 
 Three tables:
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from deployer import dcgmi
+from deployer.gpu import dcgmi
 from deployer.rollout import hostops
 from deployer.rollout.validation import judge_probe
 from tests.contract import dcgm_render as r

@@ -88,7 +88,7 @@ class FakeFleet:
         def gather(conn: ScriptedConnection) -> HostFacts:
             return self.facts[conn.name]
 
-        monkeypatch.setattr(DeploySession, "_open", open_)
+        monkeypatch.setattr(DeploySession, "open_connection", open_)
         monkeypatch.setattr(session_module, "gather", gather)
         return self
 

@@ -34,7 +34,7 @@ def no_connections(monkeypatch):
     def refuse(self, host):
         raise AssertionError(f"a connection to {host} was attempted")
 
-    monkeypatch.setattr(session_mod.DeploySession, "_open", refuse)
+    monkeypatch.setattr(session_mod.DeploySession, "open_connection", refuse)
 
 
 def write_site(tmp_path: Path, tasks: str, *, handlers: str = "", templates: dict | None = None,

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployer import compat
-from deployer.compat import load_matrix, matrix, model_from_gpu_name, version_key
 from deployer.errors import InputError
+from deployer.gpu import matrix as matrix_data
+from deployer.gpu.matrix import load_matrix, matrix, model_from_gpu_name, version_key
 
-RAW = yaml.safe_load(compat.DATA_FILE.read_text(encoding="utf-8"))
+RAW = yaml.safe_load(matrix_data.DATA_FILE.read_text(encoding="utf-8"))
 M = matrix()
 REFERENCE_FILES = ("nvidia-driver.md", "dcgm.md", "dcgm-exporter.md")
 
@@ -237,7 +237,7 @@ BROKEN = [
 
 @pytest.mark.parametrize(("case", "edit", "says"), BROKEN, ids=[c for c, *_ in BROKEN])
 def test_loader_refuses_a_malformed_file_naming_file_and_line(case, edit, says, tmp_path: Path):
-    data = yaml.safe_load(compat.DATA_FILE.read_text(encoding="utf-8"))
+    data = yaml.safe_load(matrix_data.DATA_FILE.read_text(encoding="utf-8"))
     edit(data)
     path = tmp_path / "compat.yml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from deployer.compat import PLAN_VARS, DriverTarget, plan_from_vars, plans_from_vars, resolve_target
 from deployer.errors import InputError
+from deployer.gpu.version_plan import (
+    PLAN_VARS,
+    DriverTarget,
+    plan_from_vars,
+    plans_from_vars,
+    resolve_target,
+)
 from deployer.yamlsrc import load_yaml_text
 
 BASE = {"gpu_model": "H100", "gpu_count": 8}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from deployer.compat import plan_from_vars, resolve
 from deployer.errors import PlanRefused
+from deployer.gpu.rules import resolve
+from deployer.gpu.version_plan import plan_from_vars
 
 
 def resolved(**variables):

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployer import compat
-from deployer.compat import check, plan_from_vars
+from deployer.gpu import matrix
+from deployer.gpu.rules import check
+from deployer.gpu.version_plan import plan_from_vars
 
 
 def plan(host: str = "gpu01", gpu_names=None, **variables):
@@ -346,12 +347,12 @@ def edited_matrix(monkeypatch, tmp_path: Path):
     """Swap in a copy of the data file changed by ``edit(data)``."""
 
     def use(edit) -> None:
-        data = yaml.safe_load(compat.DATA_FILE.read_text(encoding="utf-8"))
+        data = yaml.safe_load(matrix.DATA_FILE.read_text(encoding="utf-8"))
         edit(data)
         path = tmp_path / "compat.yml"
         path.write_text(yaml.safe_dump(data), encoding="utf-8")
-        loaded = compat.load_matrix(path)
-        monkeypatch.setattr(compat, "matrix", lambda: loaded)
+        loaded = matrix.load_matrix(path)
+        monkeypatch.setattr(matrix, "matrix", lambda: loaded)
 
     return use
 

@@ -6,7 +6,9 @@ import dataclasses
 
 import pytest
 
-from deployer.compat import ObservedVersions, plan_from_vars, resolve, upstream_version, verify
+from deployer.gpu.rules import resolve
+from deployer.gpu.verify import ObservedVersions, upstream_version, verify
+from deployer.gpu.version_plan import plan_from_vars
 
 PLAN = resolve(
     plan_from_vars(

@@ -15,9 +15,10 @@ from functools import cache
 
 import pytest
 
-from deployer import compat, dcgm_fields
+from deployer import dcgm_fields
 from deployer.dcgm_fields import EXPORTER_TAGS, FIELDS_BY_KEY
 from deployer.errors import InputError
+from deployer.gpu import matrix
 from tests.reality import capture, capture_text
 
 # The shipped CSVs in the fixtures, by the exporter tag whose go-dcgm names apply (HEAD d5e5f51
@@ -81,7 +82,7 @@ ALL_GROUPS = tuple(dcgm_fields.GROUPS)
 
 
 def test_every_exporter_tag_gpumon_plans_has_its_field_names_here():
-    assert set(compat.matrix().exporter_tags) == set(EXPORTER_TAGS)
+    assert set(matrix.matrix().exporter_tags) == set(EXPORTER_TAGS)
 
 
 @pytest.mark.parametrize("tag", ["4.4.2-4.7.1", "4.5.3-4.8.2"])
@@ -271,7 +272,7 @@ def test_an_extra_field_named_as_a_newer_dcgm_calls_it_is_refused_for_an_older_e
 
 
 def test_the_planned_exporter_csv_follows_the_plans_exporter_version():
-    from deployer import gpu_plan
+    from deployer.gpu import gpu_plan
 
     view = gpu_plan.template_plan(
         "g1",

@@ -1,9 +1,9 @@
-"""deployer/dcgmi.py: the verdicts on dcgmi's output, where the contract rows
+"""deployer/gpu/dcgmi.py: the verdicts on dcgmi's output, where the contract rows
 (tests/contract/test_validation.py) do not reach."""
 
 from __future__ import annotations
 
-from deployer import dcgmi
+from deployer.gpu import dcgmi
 
 ROW = "| {:<25} | {:<56} |\n"
 

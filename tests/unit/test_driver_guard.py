@@ -1,5 +1,5 @@
 """`up` never changes a loaded NVIDIA driver, and keeps the driver a completed `upgrade-driver`
-run recorded on the host (deployer/preflight.py, deployer/driver_record.py), over a scripted
+run recorded on the host (deployer/gpu/preflight.py, deployer/gpu/driver_record.py), over a scripted
 fleet: facts and the on-host record are read, nothing else runs before a refusal."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from deployer import driver_record, gpu_plan
 from deployer.cli import cli
-from deployer.driver_record import DriverRecord
+from deployer.gpu import driver_record, gpu_plan
+from deployer.gpu.driver_record import DriverRecord
 from deployer.session import DeploySession, RunOptions
 from tests.unit.gpufleet import FakeFleet, gpu_facts, write_inventory
 

@@ -14,7 +14,8 @@ import pytest
 
 from deployer.connection import CommandResult, LocalConnection, ScriptedConnection
 from deployer.errors import HostUnreachable
-from deployer.executor import Executor, batch_read
+from deployer.executor import Executor
+from deployer.hostsession import batch_read
 from deployer.modules.base import MODULES, Module, Param, parse_kv, q, run_checked
 from deployer.plan import HostPlan, Planner
 from deployer.results import Status
@@ -264,12 +265,12 @@ def test_a_file_write_carries_the_read_that_proves_it_and_the_next_tasks_read(ho
 
 
 def test_a_failed_write_reports_its_own_error_and_reads_nothing_after_it(tmp_path):
-    from deployer.executor import _HostState, _WriteSession
+    from deployer.hostsession import HostState, WriteSession
 
     plan = plans_for({"h1": {"base": str(tmp_path / "h1"), "names": []}})[0]
     conn = CountingConnection("h1")
-    state = _HostState("h1", lambda h: conn)
-    session = _WriteSession(state, plan.plays[0].tasks[:2])
+    state = HostState("h1", lambda h: conn)
+    session = WriteSession(state, plan.plays[0].tasks[:2])
     failed = session.run("echo partial; echo 'no space left' >&2; exit 3")
     assert (failed.rc, failed.stdout, failed.stderr) == (3, "partial\n", "no space left\n")
     assert session.reads is None

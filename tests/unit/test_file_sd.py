@@ -248,11 +248,19 @@ def test_targets_files_are_the_only_tasks_tagged_targets(tmp_path):
     ]
 
 
-def test_targets_command_converges_only_the_replicas_narrowed_by_limit():
-    from deployer.targets import replica_pattern
+def test_targets_command_converges_only_the_replicas_narrowed_by_limit(tmp_path):
+    # The replicas are the Prometheus play's hosts, narrowed by --limit as a set (a pattern
+    # built as "prometheus:&LIMIT" broke on "prom01,prom02": tests/unit/test_targets.py).
+    from deployer.targets import load_session
 
-    assert replica_pattern(None, None) == "prometheus"
-    assert replica_pattern(None, "prom01") == "prometheus:&prom01"
+    (tmp_path / "inventory.yml").write_text(INVENTORY)
+
+    def replicas(limit):
+        options = RunOptions(inventory=tmp_path / "inventory.yml", limit=limit)
+        return [p.host for p in load_session(options).plans]
+
+    assert replicas(None) == ["prom01", "prom02"]
+    assert replicas("prom01") == ["prom01"]
 
 
 # ---------------------------------------------------------------- the replica's cluster label

@@ -17,10 +17,13 @@ from typing import Any
 import pytest
 import yaml
 
-from deployer import dcgm_fields, gpu_plan
+from deployer import dcgm_fields
+from deployer.connection import CommandResult
 from deployer.errors import InputError
 from deployer.facts import HostFacts
+from deployer.gpu import gpu_plan
 from deployer.lab.gpusim.standins.exporter import parse_csv
+from deployer.modules.driver_switch import DriverSwitch
 from deployer.plan import Planner
 from deployer.roles import load_site
 
@@ -59,11 +62,11 @@ def planned(variables: dict[str, Any], facts: dict[str, str] = DEBIAN) -> dict[s
     for play in plays:
         defaults.update(planner.play_defaults(play))
     host_facts = HostFacts(host="g1", **facts)
-    planner.extra_context = {
+    context = {
         "facts": host_facts.to_json(),
         "gpu_plan": gpu_plan.template_plan("g1", {**defaults, **variables}, host_facts),
     }
-    plan = planner.plan_host("g1", plays)
+    plan = planner.plan_host("g1", plays, context)
     out: dict[str, Any] = {}
     for hp in plan.plays:
         for t in [*hp.tasks, *hp.handlers.values()]:
@@ -194,7 +197,7 @@ def test_by_default_the_role_never_reboots_but_says_when_a_reboot_is_required():
     tasks = planned(H100)
     assert absent(tasks, "^reboot ")
     say = task(tasks, "else a reboot is required").args
-    assert say["cmd"].endswith("explain 595.45.04 never false")
+    assert say["explain"].endswith("explain 595.45.04 never false")
 
 
 def test_if_required_reboots_only_when_no_gpu_compute_process_runs():
@@ -226,7 +229,7 @@ def test_reboot_settings_out_of_range_are_refused_naming_the_key(key, value):
 
 def test_the_driver_verification_checks_version_and_gpu_count():
     verify = task(planned(H100), "^verified -- loaded").args
-    assert verify["unless"].endswith("verify 595.45.04 8 nvidia-open")
+    assert verify["that"].endswith("verify 595.45.04 8 nvidia-open")
 
 
 # ---- dcgm -------------------------------------------------------------------------------------
@@ -259,7 +262,7 @@ def test_nv_hostengine_is_bound_to_loopback_5555_by_a_dropin():
 
 def test_dcgm_verification_names_every_gpu_uuid_from_facts():
     plays = planned(H100)  # no GPUs in these facts: the count alone is checked
-    assert task(plays, "^verified -- dcgmi").args["unless"].endswith("verify 127.0.0.1 5555 8 ")
+    assert task(plays, "^verified -- dcgmi").args["that"].endswith("verify 127.0.0.1 5555 8 ")
 
 
 # ---- dcgm-exporter ------------------------------------------------------------------------------
@@ -360,8 +363,8 @@ def test_tls_and_basic_auth_write_a_0600_web_config_and_a_secret_key():
         in task(tasks, "^dcgm-exporter hardened unit").args["content"]
     )
     verify = task(tasks, "^verified -- a scrape").args
-    assert verify["unless"].split()[2].startswith("https://127.0.0.1:9400/")
-    assert " basic " in verify["unless"]
+    assert verify["that"].split()[2].startswith("https://127.0.0.1:9400/")
+    assert " basic " in verify["that"]
     assert absent(tasks, "web configuration absent")
 
 
@@ -510,7 +513,7 @@ def test_pinning_packages_of_another_branch_are_removed():
     }
     tasks = planned(H100, facts)
     stale = task(tasks, "pinning packages of other branches purged").args
-    assert stale["cmd"].endswith("purge -- nvidia-driver-pinning-580")
+    assert stale["purge"] == ["nvidia-driver-pinning-580"]
     assert absent(planned(H100), "pinning packages of other branches")
 
 
@@ -580,17 +583,21 @@ def test_a_host_already_on_the_planned_branch_switches_nothing():
 
 def test_the_switch_unholds_then_installs_and_purges_in_one_apt_transaction():
     tasks = planned({**A100, "nvidia_driver_version": "580.126.20"}, {**DEBIAN, **R535_PROPRIETARY})
-    args = task(tasks, "driver packages of other branches purged").args
-    assert "apt-mark unhold -- cuda-drivers cuda-drivers-535 " in args["cmd"]
-    install = args["cmd"].split(" install -- ")[1]
-    assert install == "nvidia-open=580.126.20-1 $gone"
-    assert "installed-of cuda-drivers cuda-drivers-535 | sed 's/$/-/'" in args["cmd"]
-    assert "--purge" in args["cmd"] and "--allow-downgrades" in args["cmd"]
-    assert args["unless"].endswith(
-        "switched 'cuda-drivers cuda-drivers-535' 'cuda-drivers cuda-drivers-535'"
-    )
+    switch_task = task(tasks, "driver packages of other branches purged")
+    args = switch_task.args
+    assert args["unhold"] == ["cuda-drivers", "cuda-drivers-535"]
+    assert args["install"] == ["nvidia-open=580.126.20-1"]
+    # what the host says: both held and installed (hi), the planned driver not there yet
+    read = "cuda-drivers\thi \t535.54.03-1\ncuda-drivers-535\thi \t535.54.03-1\n"
+    obs = switch_task.module.observe(args, CommandResult("", 0, read, ""))
+    cmd = switch_task.module.transaction(args, obs)
+    assert "apt-mark unhold -- cuda-drivers cuda-drivers-535 " in cmd
+    install = cmd.split(" install -- ")[1].split(" 2>&1")[0]
+    assert install == "nvidia-open=580.126.20-1 cuda-drivers- cuda-drivers-535-"
+    assert "--purge" in cmd and "--allow-downgrades" in cmd
+    assert obs.differences["installed"] == (["cuda-drivers", "cuda-drivers-535"], [])
     names = list(tasks)
-    assert names.index(task(tasks, "driver packages of other branches purged").name) < names.index(
+    assert names.index(switch_task.name) < names.index(
         task(tasks, r"^driver 580\.126\.20 .*held$").name
     )
 
@@ -640,20 +647,19 @@ def test_explain_tells_how_to_allow_the_reboot_when_the_policy_is_never(tmp_path
     assert proc.returncode == 1 and "set nvidia_driver_reboot: if_required" in proc.stderr
 
 
-def fake_dpkg(tmp_path: Path, states: dict[str, str]) -> dict[str, str]:
-    """A dpkg-query that answers ${db:Status-Abbrev} from ``states`` (unknown: no output)."""
-    cases = "".join(f"  {name}) printf '{st} ' ;;\n" for name, st in states.items())
-    dpkg = tmp_path / "dpkg-query"
-    dpkg.write_text(f'#!/bin/sh\neval "p=\\${{$#}}"\ncase $p in\n{cases}  *) exit 1 ;;\nesac\n')
-    dpkg.chmod(0o755)
-    return {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+# ---- the switch's reading of dpkg (deployer/modules/driver_switch.py; was the check script's) ---
 
 
-def test_installed_of_prints_the_installed_or_half_removed_packages_only(tmp_path):
-    env = fake_dpkg(tmp_path, {"cuda-drivers-535": "hi", "old": "rc", "gone": "un"})
-    proc = subprocess.run(["sh", str(CHECK), "installed-of", "cuda-drivers-535", "old", "gone",
-                           "unknown"], capture_output=True, text=True, env=env)  # fmt: skip
-    assert proc.stdout.split() == ["cuda-drivers-535", "old"]
+def dpkg_read(states: dict[str, str]) -> CommandResult:
+    """dpkg-query's ``${Package}\\t${db:Status-Abbrev}\\t${Version}`` lines for ``states``."""
+    return CommandResult("", 0, "".join(f"{n}\t{st} \t1.0-1\n" for n, st in states.items()), "")
+
+
+def test_installed_of_prints_the_installed_or_half_removed_packages_only():
+    m = DriverSwitch()
+    args = m.validate({"purge": ["cuda-drivers-535", "old", "gone", "unknown"]})
+    obs = m.observe(args, dpkg_read({"cuda-drivers-535": "hi", "old": "rc", "gone": "un"}))
+    assert obs.actual["installed"] == ["cuda-drivers-535", "old"]
 
 
 @pytest.mark.parametrize(
@@ -664,10 +670,7 @@ def test_installed_of_prints_the_installed_or_half_removed_packages_only(tmp_pat
         ({"cuda-drivers-535": "un", "nvidia-open": "hi"}, False),  # still held
     ],
 )
-def test_switched_means_nothing_to_purge_is_left_and_nothing_to_unhold_is_held(
-    tmp_path, states, switched
-):
-    env = fake_dpkg(tmp_path, states)
-    proc = subprocess.run(["sh", str(CHECK), "switched", "cuda-drivers-535", "nvidia-open"],
-                          capture_output=True, text=True, env=env)  # fmt: skip
-    assert (proc.returncode == 0) is switched
+def test_switched_means_nothing_to_purge_is_left_and_nothing_to_unhold_is_held(states, switched):
+    m = DriverSwitch()
+    args = m.validate({"purge": ["cuda-drivers-535"], "unhold": ["nvidia-open"]})
+    assert m.observe(args, dpkg_read(states)).in_desired_state is switched

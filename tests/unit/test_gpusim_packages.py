@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deployer import compat
+from deployer.gpu import matrix
 from deployer.lab.gpusim import build_packages, catalog
 
 
@@ -236,7 +236,7 @@ def test_building_twice_gives_identical_bytes(tmp_path: Path, debs) -> None:
 def test_every_driver_package_the_matrix_names_is_simulated(release) -> None:
     # the matrix (deployer/data/compat.yml) and the simulated repository agree on the names,
     # e.g. nvidia-driver-570-open for open modules on R570
-    m = compat.matrix()
+    m = matrix.matrix()
     names = m.packages_for(m.driver_packages, str(release.branch)).names
     fmt = {"branch": release.branch, "version": release.version}
     wanted = {n.format(**fmt) for n in (*names["open"], *names["proprietary"])}

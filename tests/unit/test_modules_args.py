@@ -24,6 +24,8 @@ OK_ARGS = {
     "archive": {"url": "http://m/a.tar.gz", "dest": "/opt/a", "sha256": "a" * 64},
     "wait_for": {"port": 9100},
     "reboot": {},
+    "assert": {"that": "true"},
+    "nvidia_driver_switch": {"purge": ["cuda-drivers-535"]},
 }
 
 

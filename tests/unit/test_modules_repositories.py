@@ -213,6 +213,18 @@ def test_write_installs_the_fetched_key_dearmored_then_source_then_updates_that_
     assert "-o Dir::Etc::sourceparts=-" in update and "List-Cleanup=0 update" in update
 
 
+def test_the_write_installs_the_key_of_its_own_observation_not_the_last_one_read() -> None:
+    other = b"\x99\x01\x0d\x04otherkeymaterial" * 4
+    m = AptRepository()
+    a = m.validate(dict(NVIDIA))
+    obs = m.observe(a, CommandResult("", 0, repo_read(None, None, armor(BINARY_KEY).encode()), ""))
+    m.observe(a, CommandResult("", 0, repo_read(None, None, armor(other).encode()), ""))
+    conn = ScriptedConnection()
+    m.write(conn, a, obs)
+    assert conn.stdins[1] == BINARY_KEY
+    assert vars(m) == {}  # nothing kept on the module between calls
+
+
 def test_inline_key_is_installed_without_fetching() -> None:
     m = AptRepository()
     args = {k: v for k, v in NVIDIA.items() if k != "key_url"} | {"key": armor(BINARY_KEY)}

@@ -8,6 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from deployer.cli import cli
+from deployer.roles import load_site
+from deployer.session import DEFAULT_SITE, DeploySession, RunOptions
 from tests.unit.gpufleet import FakeFleet, gpu_facts, write_inventory
 
 
@@ -60,16 +62,65 @@ def test_check_of_a_readable_fleet_exits_0_with_the_plan(tmp_path, monkeypatch, 
 
 
 def test_the_run_keeps_what_the_inventory_says_beside_the_target(tmp_path, monkeypatch):
-    from deployer.rollout.preflight import run_preflight
+    from deployer.rollout.host_targets import run_preflight
 
     inv = write_inventory(
         tmp_path, {"g1": {"gpu_model": "H100", "nvidia_driver_version": "580.65.06"}}
     )
     FakeFleet(facts={"g1": gpu_facts("g1")}).install(monkeypatch)
-    pre = run_preflight(inv, None, [], "580")
+    pre = run_preflight(DeploySession.load(RunOptions(inventory=inv), plan=False), "580")
     try:
         g1 = pre.hosts["g1"]
         assert g1.inventory_driver == {"version": "580.65.06", "branch": None}
         assert g1.after["driver_version"] == "580.126.20"
     finally:
         pre.session.pool.close_all()
+
+
+def loads_of_a_run(tmp_path, hosts: int) -> dict[str, int]:
+    """upgrade-driver over ``hosts`` scripted GPU hosts in one batch: how often the inventory,
+    the site and each role were loaded, and how many converges ran (each host is planned and
+    converged once, then fails at its first task: a scripted host answers every read empty)."""
+    import deployer.inventory as inventory_module
+    from deployer import plan as plan_module
+    from deployer import session as session_module
+
+    names = {f"g{i:02d}": {"gpu_model": "H100"} for i in range(hosts)}
+    inv = write_inventory(tmp_path, names)
+    counts = {"inventory": 0, "site": 0, "roles": 0, "converges": 0}
+    with pytest.MonkeyPatch.context() as mp:
+        FakeFleet(facts={h: gpu_facts(h) for h in names}).install(mp)
+
+        def counting(name, module, attr):
+            original = getattr(module, attr)
+
+            def counted(*args, **kwargs):
+                counts[name] += 1
+                return original(*args, **kwargs)
+
+            mp.setattr(module, attr, counted)
+
+        counting("inventory", inventory_module, "load_inventory")
+        counting("site", session_module, "load_site")
+        counting("roles", plan_module, "load_role")
+        counting("converges", session_module.DeploySession, "converge_hosts")
+        result = upgrade(
+            inv, "--to", "580", "--canary", "0", "--batch-size", "100%",
+            "--max-failures", str(hosts + 1),
+        )  # fmt: skip
+    assert result.exit_code in (0, 1), result.output
+    return counts
+
+
+def test_upgrade_driver_loads_inventory_site_and_roles_once_whatever_the_fleet_size(
+    tmp_path, monkeypatch, state_dir
+):
+    (tmp_path / "three").mkdir()
+    (tmp_path / "thirty").mkdir()
+    three = loads_of_a_run(tmp_path / "three", 3)
+    thirty = loads_of_a_run(tmp_path / "thirty", 30)
+    assert (three["converges"], thirty["converges"]) == (3, 30)  # every host converged
+    assert three["inventory"] == thirty["inventory"] == 1
+    assert three["site"] == thirty["site"] == 1
+    assert three["roles"] == thirty["roles"]  # each role of the site once
+    assert three["roles"] == len({r for p in load_site(DEFAULT_SITE) for r in p.roles})

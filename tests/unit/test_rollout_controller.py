@@ -12,9 +12,11 @@ import pytest
 
 from deployer.errors import HostUnreachable
 from deployer.rollout import monitoring
-from deployer.rollout.controller import Rollout, Settings, StepFailed
+from deployer.rollout.controller import Rollout, StepFailed
 from deployer.rollout.drain import NoDrain
+from deployer.rollout.options import RolloutOptions
 from deployer.rollout.state import STEPS, HostRecord, RunRecord, StateStore
+from deployer.session import DeploySession, RunOptions
 
 WORK_STEPS = STEPS[1:-1]  # draining .. unsilencing
 
@@ -88,11 +90,11 @@ def make(tmp_path: Path, batches, *, max_unavailable=2, max_failures=1, canary=1
         run_id="r1",
         inventory=str(inv),
         target={"requested": "580", "branch": "580", "version": "580.126.20", "listed": True},
-        options={
-            "max_unavailable_hosts": max_unavailable,
-            "max_failures": max_failures,
-            "canary": canary,
-        },
+        options=RolloutOptions(
+            max_unavailable_hosts=max_unavailable,
+            max_failures=max_failures,
+            canary=canary,
+        ),
         batches=batches,
         hosts=hosts,
     )
@@ -102,8 +104,8 @@ def make(tmp_path: Path, batches, *, max_unavailable=2, max_failures=1, canary=1
         store=store,
         targets={},
         hook=NoDrain(),
-        settings=Settings(inventory=inv, extra_vars=[]),
         tier=monitoring.MonitoringTier(),
+        session=DeploySession.load(RunOptions(inventory=inv), plan=False),
     )
 
 

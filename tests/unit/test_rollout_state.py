@@ -11,6 +11,7 @@ import pytest
 
 from deployer.errors import InputError
 from deployer.rollout import state as st
+from deployer.rollout.options import RolloutOptions
 from deployer.rollout.state import HostRecord, RunRecord, StateStore
 
 
@@ -19,7 +20,7 @@ def record(**hosts: str) -> RunRecord:
         run_id="r1",
         inventory="/inv.yml",
         target={"requested": "580", "branch": "580", "version": "580.126.20", "listed": True},
-        options={"max_unavailable_hosts": 2, "max_failures": 1, "canary": 1},
+        options=RolloutOptions(max_unavailable_hosts=2, max_failures=1, canary=1),
         batches=[list(hosts)],
         hosts={h: HostRecord(host=h, batch=0, state=s) for h, s in hosts.items()},
     )
@@ -139,3 +140,18 @@ def test_run_ids_name_the_target_and_sort_by_time():
     a = st.new_run_id("580.126.20", now=1_800_000_000)
     b = st.new_run_id("580.126.20", now=1_800_000_060)
     assert "580.126.20" in a and a < b
+
+
+def test_the_runs_options_are_read_back_from_the_state_file_as_they_were_written(tmp_path):
+    options = RolloutOptions(
+        limit="gpu:!gpu04", extra_vars=("dcgm_version=4.5.3",), canary=2, batch_size="25%",
+        max_unavailable="2", max_failures=3, drain="command", drain_command="d {host} {action}",
+        drain_host="mon01", job_timeout=900, reboot="never", silence_minutes=60, diag_level=3,
+    ).for_hosts(8)  # fmt: skip
+    rec = record(g1="pending")
+    rec.options = options
+    store = StateStore.create(rec, tmp_path)
+    assert store.load().options == options
+    saved = json.loads(store.path.read_text())["options"]
+    assert saved["batch_size_hosts"] == 2 and saved["max_unavailable_hosts"] == 2
+    assert saved["extra_vars"] == ["dcgm_version=4.5.3"]

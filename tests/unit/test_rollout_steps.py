@@ -11,13 +11,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from deployer import driver_record
-from deployer.connection import ScriptedConnection
+from deployer.connection import ConnectionPool, ScriptedConnection
+from deployer.gpu import driver_record
+from deployer.hostaccess import HostAccess
+from deployer.results import RunReport, Status, TaskResult
 from deployer.rollout import monitoring
-from deployer.rollout.controller import Rollout, Settings, StepFailed
+from deployer.rollout.controller import LOADED_CHECK_TAG, Rollout, StepFailed
 from deployer.rollout.drain import SlurmDrain
+from deployer.rollout.options import RolloutOptions
 from deployer.rollout.silences import HttpAnswer, Silences
 from deployer.rollout.state import HostRecord, RunRecord, StateStore
+from deployer.session import DeploySession, RunOptions
 from tests.unit.slurmfake import FakeSlurm
 
 INVENTORY = "all:\n  children:\n    gpu:\n      hosts:\n        g1: {ansible_host: 10.0.0.1}\n"
@@ -38,11 +42,17 @@ def rollout(tmp_path, *, host_conn=None, drain_conn=None, silences=None, reboot=
         run_id="R1",
         inventory=str(inv),
         target={"requested": "580", "branch": "580", "version": "580.126.20", "listed": True},
-        options={"max_unavailable_hosts": 1, "max_failures": 1, "canary": 1},
+        options=RolloutOptions(
+            max_unavailable_hosts=1, max_failures=1, canary=1, reboot=reboot, job_timeout=30
+        ),
         batches=[["g1"]],
         hosts={"g1": HostRecord(host="g1", batch=0, before={"driver_installed": "570.133.20"})},
     )
     clock = Clock()
+
+    def wait(seconds: float) -> None:
+        clock.t += seconds
+
     r = Rollout(
         record=rec,
         store=StateStore.create(rec, tmp_path / "runs"),
@@ -52,18 +62,16 @@ def rollout(tmp_path, *, host_conn=None, drain_conn=None, silences=None, reboot=
             )
         },
         hook=SlurmDrain(),
-        settings=Settings(inventory=inv, extra_vars=[], reboot=reboot, job_timeout_s=30),
         tier=monitoring.MonitoringTier(),
+        session=DeploySession.load(RunOptions(inventory=inv), plan=False),
         drain_connection=lambda: drain_conn,
         silences=silences,
         clock=clock,
+        sleep=wait,
+        access=lambda host: HostAccess(
+            host, ConnectionPool(lambda h: host_conn), clock=clock, sleep=wait
+        ),
     )
-    r._conn = lambda host: host_conn  # type: ignore[method-assign]
-
-    def wait(seconds: float) -> None:
-        clock.t += seconds
-
-    r._wait = wait  # type: ignore[method-assign]
     return r
 
 
@@ -197,3 +205,72 @@ def test_a_record_that_cannot_be_written_fails_the_host(tmp_path):
     host = ScriptedConnection(default=(1, "", "mkdir: cannot create directory: Read-only"))
     with pytest.raises(StepFailed, match="recording the driver on the host failed: mkdir"):
         rollout(tmp_path, host_conn=host)._step_recording("g1")
+
+
+class Rebooting(ScriptedConnection):
+    """A host whose boot id changes once the reboot command ran (after one unanswered probe)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="g1")
+        self.rebooted = False
+        self.probes = 0
+
+    def run(self, command, *, stdin=None, timeout=None):
+        self.commands.append(command)
+        if "systemctl reboot" in command:
+            self.rebooted = True
+        if "nvidia/version" in command:
+            return SimpleNamespace(rc=0, stdout="570.133.20\n", stderr="")
+        if "boot_id" in command:
+            if self.rebooted:
+                self.probes += 1
+            boot = "boot-2" if self.rebooted and self.probes > 1 else "boot-1"
+            state = "\nrunning" if "is-system-running" in command else ""
+            return SimpleNamespace(rc=0, stdout=f"{boot}{state}\n", stderr="")
+        return SimpleNamespace(rc=0, stdout="", stderr="")
+
+
+def test_the_reboot_step_reboots_and_waits_for_the_new_boot(tmp_path):
+    host = Rebooting()
+    r = rollout(tmp_path, host_conn=host)
+    r._step_rebooting("g1")
+    assert sum("systemctl reboot" in c for c in host.commands) == 1
+    assert host.probes >= 2
+    assert "boot before reboot: boot-1" in r.record.hosts["g1"].notes
+
+
+def test_a_host_that_does_not_come_back_fails_the_reboot_step_within_its_timeout(tmp_path):
+    host = (
+        ScriptedConnection()
+        .on("is-system-running", 0, "boot-1\nrunning\n")
+        .on("boot_id", 0, "boot-1\n")
+        .on("nvidia/version", 0, "570.133.20\n")
+    )
+    r = rollout(tmp_path, host_conn=host)
+    r.targets["g1"].variables["nvidia_driver_reboot_timeout"] = 20
+    with pytest.raises(StepFailed, match=r"not back within 20s: still running the old boot"):
+        r._step_rebooting("g1")
+
+
+def converged(*failed: tuple[str, frozenset[str]]) -> RunReport:
+    report = RunReport()
+    for name, tags in failed:
+        report.host("g1").tasks.append(
+            TaskResult("g1", "nvidia_driver", name, "command", Status.FAILED, error="x", tags=tags)
+        )
+    return report
+
+
+def test_installing_accepts_the_one_failure_of_the_task_tagged_as_the_loaded_driver_check(tmp_path):
+    r = rollout(tmp_path)
+    r._converge = lambda host: converged(("any name at all", frozenset({LOADED_CHECK_TAG})))
+    r._step_installing("g1")  # the reboot step comes next
+
+
+def test_installing_fails_on_a_failure_of_any_other_task_whatever_its_name(tmp_path):
+    r = rollout(tmp_path)
+    r._converge = lambda host: converged(
+        ("the loaded kernel module is driver 580.126.20", frozenset({"nvidia_driver"}))
+    )
+    with pytest.raises(StepFailed, match="converge failed at nvidia_driver"):
+        r._step_installing("g1")

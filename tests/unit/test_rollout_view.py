@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+from deployer.rollout.options import RolloutOptions
 from deployer.rollout.state import HostRecord, RunRecord
 from deployer.rollout.view import LiveView, plan_text, report, table
 
@@ -14,7 +15,7 @@ def record() -> RunRecord:
         run_id="R1",
         inventory="/inv.yml",
         target={"requested": "580", "branch": "580", "version": "580.126.20", "listed": True},
-        options={"max_unavailable_hosts": 2, "max_failures": 1, "canary": 1},
+        options=RolloutOptions(max_unavailable_hosts=2, max_failures=1, canary=1),
         batches=[["g1"], ["g2"]],
         hosts={
             "g1": HostRecord(host="g1", batch=0, state="done", history=[["done", 1.0]]),

@@ -100,7 +100,7 @@ def no_connections(monkeypatch):
     def refuse(self, host):
         raise AssertionError(f"a connection to {host} was attempted")
 
-    monkeypatch.setattr(session_mod.DeploySession, "_open", refuse)
+    monkeypatch.setattr(session_mod.DeploySession, "open_connection", refuse)
 
 
 def up(tmp_path: Path, *extra: str):

@@ -1,7 +1,8 @@
-"""Preflight of an ``upgrade-driver`` run: what the target means for every selected GPU host.
+"""What an ``upgrade-driver`` target means for every selected GPU host (the run's own preflight;
+``up``'s is ``deployer.gpu.preflight``).
 
 For each host: its facts (read-only), its inventory plan retargeted to the driver of ``--to``
-(``compat.HostPlan.retarget``) and checked against the matrix with the host's GPUs from facts --
+(``VersionPlan.retarget``) and checked against the matrix with the host's GPUs from facts --
 so crossing into CUDA 13 switches the DCGM package variant (``-cuda13``, or ``-cuda12`` for
 Volta), and Fabric Manager follows the driver exactly -- and the versions before and after.
 A host whose plan the matrix refuses (a V100 past R580, say) is reported with the rule and the
@@ -15,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployer import compat, driver_record
-from deployer import preflight as engine_preflight
 from deployer.errors import InputError, PlanRefused
 from deployer.facts import HostFacts
-from deployer.session import DeploySession, RunOptions
+from deployer.gpu import driver_record, rules, verify, version_plan
+from deployer.gpu import preflight as gpu_preflight
+from deployer.session import DeploySession
 
 GPU_ROLES = ("nvidia_driver", "dcgm", "dcgm_exporter")
 # Role variables the rollout reads, rendered for the host (they may be templates).
@@ -33,12 +34,6 @@ ROLE_KEYS = (
 )
 
 
-def target_vars(target: compat.DriverTarget) -> list[str]:
-    """Extra variables that point the GPU roles at the target driver (they override the
-    inventory's nvidia_driver_version / nvidia_driver_branch)."""
-    return [f"nvidia_driver_version={target.version}", f"nvidia_driver_branch={target.branch}"]
-
-
 @dataclass
 class HostTarget:
     """One GPU host of the run, as preflight found it."""
@@ -47,7 +42,7 @@ class HostTarget:
     address: str
     variables: dict[str, Any]
     facts: HostFacts
-    resolved: compat.ResolvedPlan
+    resolved: rules.ResolvedPlan
     before: dict[str, Any]
     after: dict[str, Any]
     up_to_date: bool
@@ -62,15 +57,15 @@ class HostTarget:
 
 @dataclass
 class Preflight:
-    target: compat.DriverTarget
+    target: version_plan.DriverTarget
     session: DeploySession
     hosts: dict[str, HostTarget]
-    refusals: list[compat.Refusal]
+    refusals: list[rules.Refusal]
     unreachable: dict[str, str]
 
 
-def observed(f: HostFacts) -> compat.ObservedVersions:
-    return compat.ObservedVersions(
+def observed(f: HostFacts) -> verify.ObservedVersions:
+    return verify.ObservedVersions(
         driver_installed=f.driver_installed,
         driver_loaded=f.driver_loaded,
         driver_smi=f.driver_smi,
@@ -100,7 +95,7 @@ def versions_before(f: HostFacts) -> dict[str, Any]:
     }
 
 
-def versions_after(r: compat.ResolvedPlan) -> dict[str, Any]:
+def versions_after(r: rules.ResolvedPlan) -> dict[str, Any]:
     return {
         "driver_version": r.driver_version,
         "driver_branch": r.driver_branch,
@@ -122,43 +117,35 @@ def rendered_vars(session: DeploySession, host: str, facts: HostFacts) -> dict[s
     planner = session.planner
     if planner is None:
         return out
-    planner.extra_context = {"facts": facts.to_json()}
-    done: set[str] = set()
-    for play in session.plays:
-        if not set(play.roles) & set(GPU_ROLES):
-            continue
-        scope = planner.host_vars(host, play)
-        for key in ROLE_KEYS:
-            if key not in done and key in scope:
-                out[key] = scope[key]
-                done.add(key)
+    scope = planner.scope(host, session.gpu_roles(), {"facts": facts.to_json()})
+    for key in ROLE_KEYS:
+        if key in scope:
+            out[key] = scope[key]
     return out
 
 
-def load_session(inventory: Any, limit: str | None, extra_vars: list[str]) -> DeploySession:
-    """The selected GPU hosts with the inventory's variables (the target is applied to each
-    host's plan, ``HostPlan.retarget``, so that what the inventory says is still known),
-    role defaults included; templates checked before any connection."""
-    session = DeploySession.load(
-        RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars)), plan=False
-    )
-    gpu = engine_preflight.gpu_hosts(session.inventory, session.hosts)
+def select_gpu_hosts(session: DeploySession) -> None:
+    """Narrow the session to the selected GPU hosts (the run's hosts), every one of them planned
+    before any connection (templates checked). None selected is an input error."""
+    gpu = gpu_preflight.gpu_hosts(session.inventory, session.hosts)
     if not gpu:
+        limit = session.options.limit
         raise InputError(
             "no GPU host selected: upgrade-driver works on the hosts of the inventory group "
-            f"'{engine_preflight.GPU_GROUP}'" + (f" matching --limit {limit}" if limit else ""),
+            f"'{gpu_preflight.GPU_GROUP}'" + (f" matching --limit {limit}" if limit else ""),
             key="--limit" if limit else "-i",
         )
     session.hosts = gpu
     session.build_plan()
-    return session
 
 
-def run_preflight(inventory: Any, limit: str | None, extra_vars: list[str], to: str) -> Preflight:
-    target = compat.resolve_target(to)
-    session = load_session(inventory, limit, extra_vars)
+def run_preflight(session: DeploySession, to: str) -> Preflight:
+    """The target ``to`` for every GPU host the session selects: their facts read, each one's
+    inventory plan retargeted (``HostPlan.retarget``, so that what the inventory says is still
+    known) and checked against the matrix."""
+    target = version_plan.resolve_target(to)
+    select_gpu_hosts(session)
     session.gather_facts(list(session.hosts))
-    refusals: list[compat.Refusal] = []
     hosts: dict[str, HostTarget] = {}
     plans = []
     for h in session.hosts:
@@ -167,21 +154,21 @@ def run_preflight(inventory: Any, limit: str | None, extra_vars: list[str], to: 
         f = session.facts[h]
         variables = session.host_variables(h)
         names = [g.name for g in f.gpus] or None
-        plan = compat.plan_from_vars(h, variables, gpu_names=names).retarget(target)
+        plan = version_plan.plan_from_vars(h, variables, gpu_names=names).retarget(target)
         plans.append(plan)
-    refusals = compat.check(plans)
+    refusals = rules.check(plans)
     refused = {r.host for r in refusals}
     for plan in plans:
         h = plan.host
         if h in refused:
             continue
         try:
-            resolved = compat.resolve(plan)
+            resolved = rules.resolve(plan)
         except PlanRefused as exc:  # check() above agrees; kept for a clear message
-            refusals.append(compat.Refusal(h, "refused", str(exc), "see compat check"))
+            refusals.append(rules.Refusal(h, "refused", str(exc), "see compat check"))
             continue
         f = session.facts[h]
-        mismatches = [str(m) for m in compat.verify(resolved, observed(f))]
+        mismatches = [str(m) for m in verify.verify(resolved, observed(f))]
         hosts[h] = HostTarget(
             host=h,
             address=str(session.inventory.connection(h).address),

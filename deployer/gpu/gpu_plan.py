@@ -1,6 +1,6 @@
 """The ``gpu_plan`` template variable: a GPU host's resolved compatibility plan, as roles read it.
 
-Owns the translation from ``compat.ResolvedPlan`` (plus the host's facts) to the plain mapping the
+Owns the translation from ``rules.ResolvedPlan`` (plus the host's facts) to the plain mapping the
 GPU roles (``nvidia_driver``, ``dcgm``, ``dcgm_exporter``) use, so that every computed value lives
 here in Python and the role files stay short: package names grouped by component with the exact
 Debian version apt wants, the NVIDIA CUDA repository's distro and architecture names, and whether
@@ -13,7 +13,7 @@ Public API
     names from facts deciding the model when nvidia-smi saw GPUs; ``variables`` already carry
     the driver the host is to run (``preflight.choose_driver``), and ``driver_record`` says where
     the host's ``upgrade-driver`` record lives and whether it is ``stale`` (it names another
-    driver than the plan's: the role removes it before installing, see ``deployer.driver_record``). A refused plan raises
+    driver than the plan's: the role removes it before installing, see ``deployer.gpu.driver_record``). A refused plan raises
     ``PlanRefused`` and malformed inventory values ``InputError`` (the preflight reports both
     first, so a converge never gets here with either).
     Without facts (validating templates before any connection): malformed values still raise
@@ -42,10 +42,12 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from deployer import compat, dcgm_fields
-from deployer.driver_record import RECORD_PATH, DriverRecord
+from deployer import dcgm_fields
+from deployer.booleans import as_boolean
 from deployer.errors import InputError, PlanRefused
 from deployer.facts import HostFacts
+from deployer.gpu import matrix, rules, version_plan
+from deployer.gpu.driver_record import RECORD_PATH, DriverRecord
 
 # Model used for a stand-in when neither the inventory nor facts name one (validation only).
 _STAND_IN_MODEL = "H100"
@@ -83,7 +85,7 @@ def _driver_family() -> tuple[tuple[re.Pattern[str], str | None], ...]:
     """Every driver, Fabric Manager and NSCQ package name the matrix knows, across branches and
     module flavours, as (pattern, NSCQ template) -- the NSCQ template of a Fabric Manager name,
     whose library goes with it (facts list Fabric Manager but not NSCQ)."""
-    m = compat.matrix()
+    m = matrix.matrix()
     out: list[tuple[re.Pattern[str], str | None]] = []
     for scheme in m.driver_packages:
         for key in ("open", "proprietary", "also_named"):
@@ -96,12 +98,12 @@ def _driver_family() -> tuple[tuple[re.Pattern[str], str | None], ...]:
     return tuple(out)
 
 
-def driver_switch(resolved: compat.ResolvedPlan, facts: Mapping[str, Any]) -> dict[str, Any]:
+def driver_switch(resolved: rules.ResolvedPlan, facts: Mapping[str, Any]) -> dict[str, Any]:
     """What the host must lose to take the planned driver (see the module docstring)."""
     flavour = resolved.module_flavour
     keep = {p.name for p in resolved.install}
     # Branch-suffixed metapackages depend on the unversioned one of their flavour: it stays.
-    for scheme in compat.matrix().driver_packages:
+    for scheme in matrix.matrix().driver_packages:
         keep.update(n for n in scheme.names.get(flavour) or () if "{branch}" not in n)
     purge: set[str] = set()
     family: set[str] = set()
@@ -133,7 +135,7 @@ def driver_switch(resolved: compat.ResolvedPlan, facts: Mapping[str, Any]) -> di
     }
 
 
-def dcgm_stale_variants(resolved: compat.ResolvedPlan, facts: Mapping[str, Any]) -> list[str]:
+def dcgm_stale_variants(resolved: rules.ResolvedPlan, facts: Mapping[str, Any]) -> list[str]:
     """Installed DCGM CUDA-variant packages the plan does not install (see the module docstring)."""
     return sorted(
         name
@@ -144,7 +146,7 @@ def dcgm_stale_variants(resolved: compat.ResolvedPlan, facts: Mapping[str, Any])
 
 
 def _view(
-    resolved: compat.ResolvedPlan,
+    resolved: rules.ResolvedPlan,
     variables: Mapping[str, Any],
     facts: Mapping[str, Any],
     stand_in: bool,
@@ -179,6 +181,10 @@ def _view(
     distro, arch = repo_names(facts)
     out["repo_distro"] = distro
     out["repo_arch"] = arch
+    # RHEL 8/9's dnf module stream of the branch: <branch>-open or <branch>-dkms (the
+    # proprietary modules, built by DKMS): ../shared/reference/nvidia-driver.md §4.3 [S6]
+    dkms = "open" if resolved.module_flavour == "open" else "dkms"
+    out["dnf_module_stream"] = f"{resolved.driver_branch}-{dkms}"
     out["stand_in"] = stand_in
     # pinning packages of other branches (left by an earlier plan) would pin the old branch too
     out["stale_pinning_packages"] = sorted(
@@ -204,13 +210,12 @@ def _with_record(view: dict[str, Any], record: DriverRecord | None) -> dict[str,
 
 
 def _resolve(host: str, variables: Mapping[str, Any], names: list[str] | None):
-    plan = compat.plan_from_vars(host, variables, gpu_names=names)
-    return compat.resolve(plan)
+    plan = version_plan.plan_from_vars(host, variables, gpu_names=names)
+    return rules.resolve(plan)
 
 
 _CHOICES = {"nvidia_driver_reboot": ("never", "if_required")}
 _BOOLEANS = ("nvidia_driver_reboot_force", "nvidia_persistenced_persistence_mode")
-_BOOL_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0")
 
 
 def check_role_vars(host: str, variables: Mapping[str, Any]) -> None:
@@ -222,7 +227,7 @@ def check_role_vars(host: str, variables: Mapping[str, Any]) -> None:
             )
     for key in _BOOLEANS:
         value = variables.get(key, False)
-        if not isinstance(value, bool) and str(value).strip().lower() not in _BOOL_WORDS:
+        if as_boolean(value) is None:
             raise InputError(f"host {host}: {value!r} is not true or false", key=key)
 
 

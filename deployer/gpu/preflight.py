@@ -16,7 +16,7 @@ whole run (exit 2) when any host's plan is refused. Two kinds of refusal:
 
 Which driver a host is planned to run (``choose_driver``): ``-e nvidia_driver_version`` /
 ``nvidia_driver_branch`` when given (an explicit wish); else the driver a completed
-``upgrade-driver`` run recorded on the host (``deployer.driver_record``) while the inventory
+``upgrade-driver`` run recorded on the host (``deployer.gpu.driver_record``) while the inventory
 still says what it said when that run started; else the inventory's.
 """
 
@@ -26,10 +26,10 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from deployer import compat
-from deployer.driver_record import DRIVER_VARS, DriverRecord
 from deployer.errors import PlanRefused
 from deployer.facts import HostFacts
+from deployer.gpu import rules, version_plan
+from deployer.gpu.driver_record import DRIVER_VARS, DriverRecord
 
 GPU_GROUP = "gpu"
 # Roles whose tasks follow the host's planned driver (gpu_plan): a run with none of their tasks
@@ -97,7 +97,7 @@ def host_plans(
     hosts: list[str],
     variables: Mapping[str, Mapping[str, Any]],
     facts: Mapping[str, HostFacts] | None,
-) -> list[compat.HostPlan]:
+) -> list[version_plan.VersionPlan]:
     """Plans from resolved variables; with facts, the GPU names seen on the host decide the model."""
     entries = []
     for host in gpu_hosts(inventory, hosts):
@@ -105,21 +105,21 @@ def host_plans(
         if facts is not None and host in facts and facts[host].gpus:
             names = [g.name for g in facts[host].gpus]
         entries.append((host, variables[host], names))
-    return compat.plans_from_vars(entries)
+    return version_plan.plans_from_vars(entries)
 
 
-def refusals(plans: list[compat.HostPlan]) -> list[compat.Refusal]:
-    return compat.check(plans)
+def refusals(plans: list[version_plan.VersionPlan]) -> list[rules.Refusal]:
+    return rules.check(plans)
 
 
 def live_driver_changes(
-    plans: Iterable[compat.HostPlan],
+    plans: Iterable[version_plan.VersionPlan],
     facts: Mapping[str, HostFacts],
     origins: Mapping[str, str],
     *,
     guarded: Iterable[str],
     refused: Iterable[str] = (),
-) -> list[compat.Refusal]:
+) -> list[rules.Refusal]:
     """Hosts of ``guarded`` (those the run converges GPU roles on) whose loaded driver is not the
     planned one. Hosts already refused by the matrix are left to that refusal."""
     watch = set(guarded) - set(refused)
@@ -129,13 +129,13 @@ def live_driver_changes(
         if plan.host not in watch or f is None or not f.driver_loaded:
             continue
         try:
-            planned = compat.resolve(plan).driver_version
+            planned = rules.resolve(plan).driver_version
         except PlanRefused:
             continue  # the matrix refusal names it
         if planned == f.driver_loaded:
             continue
         out.append(
-            compat.Refusal(
+            rules.Refusal(
                 host=plan.host,
                 rule=LIVE_DRIVER_RULE,
                 message=(
