@@ -16,10 +16,18 @@ in order: the same wherever only one group of a level has children.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from deployer.inventory.model import Group
+
+class Group(Protocol):
+    """What the order reads of a group: its direct members, in declaration order (the model's
+    ``Group`` has them; the order needs nothing else of it, so it imports nothing of the model)."""
+
+    @property
+    def hosts(self) -> Sequence[str]: ...
+
+    @property
+    def children(self) -> Sequence[str]: ...
 
 
 def descendants_breadth_first(groups: Mapping[str, Group], name: str) -> list[str]:
