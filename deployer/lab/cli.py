@@ -80,8 +80,14 @@ def down(name: str) -> None:
 @_name_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(name: str, as_json: bool) -> None:
-    """Show hosts, addresses, faults and the mirror."""
-    info = _lab(name).status()
+    """Show hosts, addresses, faults, the mirror and the lab's Slurm (when `lab slurm` ran)."""
+    from deployer.lab import slurm
+
+    the_lab = _lab(name)
+    info = the_lab.status()
+    # Slurm runs on the lab, so it reads the lab, never the other way round
+    if info["up"] and (slurm_status := slurm.status(the_lab)) is not None:
+        info["slurm"] = slurm_status
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return

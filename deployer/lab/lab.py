@@ -105,14 +105,15 @@ class Lab:
         topo = self.topology
         return list(topo.hosts) if topo else []
 
-    def _require_topology(self) -> Topology:
+    def require_topology(self) -> Topology:
+        """The lab's topology; a LabError saying to run ``lab up`` when the lab is down."""
         topo = self.topology
         if topo is None:
             raise LabError(f"lab {self.name!r} is not up (run `gpumon-deploy lab up`)")
         return topo
 
     def mirror_urls(self, topology: Topology | None = None) -> mirror.MirrorUrls:
-        topo = topology or self._require_topology()
+        topo = topology or self.require_topology()
         return mirror.MirrorUrls(f"http://{topo.gateway}:{topo.mirror_port}")
 
     def mirror_vars(self, topology: Topology | None = None) -> dict[str, str]:
@@ -285,7 +286,7 @@ class Lab:
     ) -> subprocess.CompletedProcess[str]:
         """Run ``command`` on ``host`` as root over SSH, host key checked against the lab's
         known_hosts. Never raises for a failing command; see ``returncode``."""
-        h = self._require_topology().host(host)
+        h = self.require_topology().host(host)
         base = ssh_command(h.address, self.private_key_path, self.known_hosts_path, connect_timeout)
         cmd = [*base, command]
         try:
@@ -299,7 +300,7 @@ class Lab:
 
     def wait_ready(self, hosts: list[str], *, timeout: float = READY_TIMEOUT_S) -> None:
         """Wait (bounded) until every host answers SSH and systemd is running or degraded."""
-        topo = self._require_topology()
+        topo = self.require_topology()
         deadline = time.monotonic() + timeout
 
         def one(name: str) -> str | None:
@@ -367,11 +368,6 @@ class Lab:
                 **({"gpus": _gpus_text(h)} if h.is_gpu else {}),
             }
         out["inventory"] = str(self.inventory_path)
-        from deployer.lab import slurm  # the lab's Slurm, when `lab slurm` brought it up
-
-        slurm_status = slurm.status(self)
-        if slurm_status is not None:
-            out["slurm"] = slurm_status
         return out
 
     # ------------------------------------------------------------ faults
@@ -393,7 +389,7 @@ class Lab:
 
     def fault(self, host: str, kind: str, **params: Any) -> None:
         """Inject one fault into ``host`` (see ``fault_kinds``); ``heal`` undoes all of them."""
-        topo = self._require_topology()
+        topo = self.require_topology()
         h = topo.host(host)
         files = self.host_files(host)
         params = {k: v for k, v in params.items() if v is not None}
@@ -421,7 +417,7 @@ class Lab:
     def heal(self, host: str, *, ready_timeout: float = READY_TIMEOUT_S) -> None:
         """Undo every fault on ``host``: power it on, reconnect it, restore its GPUs and
         exporter, and wait until it is ready again."""
-        topo = self._require_topology()
+        topo = self.require_topology()
         h = topo.host(host)
         files = self.host_files(host)
         if not hostmod.running(files):

@@ -248,7 +248,7 @@ def bring_up(lab: Lab, *, echo: Callable[[str], None] | None = None) -> dict[str
 
     say = echo or (lambda _m: None)
     started = time.monotonic()
-    topology = lab._require_topology()
+    topology = lab.require_topology()
     cluster = cluster_for(topology)
     key = munge_key(lab.dir)
 
