@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from deployer.lab.gpusim import apply_fault, build_packages
-from deployer.lab.gpusim.standins.nvidia_smi import _field_table
+from deployer.lab.gpusim.standins.smi_query import field_table
 from tests.unit.gpusim_captures import (
     csv_rows,
     csv_shape,
@@ -152,7 +152,7 @@ def test_q_has_the_captured_sections_keys_and_value_forms(tmp_path: Path, debs, 
 def test_query_gpu_has_the_captured_header_and_value_forms(tmp_path: Path, debs, cap) -> None:
     command, real = section(cap.path, "idle :: query-gpu (csv, what the exporter parses)")
     captured_fields = command.split("--query-gpu=")[1].split()[0].split(",")
-    simulated = set(_field_table())
+    simulated = set(field_table())
     fields = [f for f in captured_fields if f in simulated]
     assert len(fields) >= 0.9 * len(captured_fields), "the simulator answers what the capture asks"
     real_rows = csv_rows(real)
@@ -189,7 +189,7 @@ def test_every_simulated_query_field_is_one_real_nvidia_smi_lists() -> None:
     listed = set(re.findall(r'^"([^"]+)"', helptext, re.M)) | set(
         re.findall(r'^"[^"]+" or "([^"]+)"', helptext, re.M)
     )
-    for canonical, (aliases, _unit, _fn) in _field_table().items():
+    for canonical, (aliases, _unit, _fn) in field_table().items():
         assert canonical in listed, canonical
         for alias in aliases:
             assert alias in listed, alias

@@ -137,13 +137,16 @@ class Deb:
     def add_json(self, path: str, obj: dict) -> None:
         self.add(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
-    def add_tools(self, module: str, tools: dict[str, str], build: dict) -> None:
+    def add_tools(
+        self, module: str, tools: dict[str, str], build: dict, parts: tuple[str, ...] = ()
+    ) -> None:
         """Install stand-in executables: ``tools`` maps an installed path to an entry function
-        of ``standins/<module>.py``; the module, the shared code and ``build`` go to a private
-        directory of this package."""
+        of ``standins/<module>.py``; the module, the ``parts`` it imports (``standins/<part>.py``
+        each), the shared code and ``build`` go to a private directory of this package."""
         libdir = f"/usr/lib/gpusim/{self.name}"
         self.add(f"{libdir}/gpusim_common.py", (STANDINS / "common.py").read_bytes())
-        self.add(f"{libdir}/gpusim_{module}.py", (STANDINS / f"{module}.py").read_bytes())
+        for name in (module, *parts):
+            self.add(f"{libdir}/gpusim_{name}.py", (STANDINS / f"{name}.py").read_bytes())
         self.add_json(f"{libdir}/build.json", {"package": self.name, **build})
         for exe, func in tools.items():
             depth = exe.count("/") - 1
@@ -239,7 +242,8 @@ def driver_packages(d: DriverRelease) -> list[Deb]:
 
     smi = Deb("nvidia-smi", v, "NVIDIA System Management Interface", depends=[f"libnvidia-ml1 {eq}"],
               section="non-free/utils")  # fmt: skip
-    smi.add_tools("nvidia_smi", {"/usr/bin/nvidia-smi": "main"}, build)
+    smi.add_tools("nvidia_smi", {"/usr/bin/nvidia-smi": "main"}, build,
+                  parts=("smi_format", "smi_query", "smi_table", "smi_report"))  # fmt: skip
     debs.append(smi)
 
     pers = Deb("nvidia-persistenced", v, "daemon to maintain persistent software state in the NVIDIA driver",
