@@ -6,9 +6,13 @@ reference README; nvidia-driver.md §6, dcgm.md §6):
 - nvidia-smi sees every GPU: ``gpu_count`` of them, every UUID the preflight saw;
 - ``dcgmi health -c`` reports Overall Health ``Healthy`` and ``dcgmi diag -r LEVEL`` no failed
   test (level 0 skips the diag), judged by what they print (``deployer.dcgmi``): real dcgmi exits
-  0 on an unhealthy GPU;
-- the exporter serves metrics of every GPU with ``DCGM_FI_DRIVER_VERSION`` = target (bounded
-  wait: it samples on its own interval);
+  0 on an unhealthy GPU. The health watches are set first and checked only once they have a
+  minute of samples (``hostops.HEALTH_SETTLE_S``: DCGM's rate checks compare the first and the
+  last sample of the past minute, so a check right after ``-s`` is Healthy without having
+  looked); the checks below run meanwhile, and the diag runs after the health check;
+- the exporter serves metrics of every GPU with the driver-version label (field
+  ``driver_version`` of ``deployer.dcgm_fields``) = target (bounded wait: it samples on its own
+  interval);
 - every Prometheus replica scrapes the host (``up == 1``) and has its GPUs' series with the new
   driver label (bounded wait: a scrape interval or two), when the inventory has Prometheus.
 
@@ -37,6 +41,15 @@ def validate(ctl: Rollout, host: str) -> tuple[list[str], list[dict[str, Any]]]:
     want = ctl.record.target["version"]
     checks: list[dict[str, Any]] = []
 
+    # DCGM's health watches before anything else: the check needs them a minute old.
+    watch = ctl._run_on(host, hostops.health_watch_script(), timeout=120)
+    watched_at = ctl.clock()
+    if watch.rc != 0:
+        output = (watch.stdout or watch.stderr or "").strip()[:300]
+        name = dcgmi.exit_status_name(watch.rc)
+        why = f"{hostops.HEALTH_WATCH} failed (exit {watch.rc}, {name}): {output}"
+        _check(checks, "dcgmi health watches set", why)
+
     facts = gather(ctl._conn(host))
     mismatches = compat.verify(target.resolved, observed(facts))
     _check(
@@ -47,6 +60,10 @@ def validate(ctl: Rollout, host: str) -> tuple[list[str], list[dict[str, Any]]]:
         f"({', '.join(target.resolved.dcgm_packages)}), exporter {target.resolved.exporter_tag}",
     )
 
+    exporter = _exporter(ctl, host, want, hostops.driver_label(target.resolved.exporter_tag))
+    replicas = _prometheus(ctl, host, want) if ctl.tier.replicas else None
+    if watch.rc == 0:
+        _settle(ctl, host, watched_at)
     probe = hostops.parse_probe(
         ctl._run_on(host, hostops.probe_script(ctl.settings.diag_level), timeout=900).stdout
     )
@@ -63,12 +80,12 @@ def validate(ctl: Rollout, host: str) -> tuple[list[str], list[dict[str, Any]]]:
         )
     )
 
-    _check(checks, "exporter serves the new driver label", _exporter(ctl, host, want), want)
+    _check(checks, "exporter serves the new driver label", exporter, want)
     if ctl.tier.replicas:
         _check(
             checks,
             "Prometheus replicas see the host",
-            _prometheus(ctl, host, want),
+            replicas,
             ", ".join(h for h, _ in ctl.tier.replicas),
         )
     problems = [f"{c['check']}: {c['detail']}" for c in checks if not c["ok"]]
@@ -117,7 +134,16 @@ def _short(verdict: dcgmi.Verdict, limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _exporter(ctl: Rollout, host: str, want: str) -> str | None:
+def _settle(ctl: Rollout, host: str, watched_at: float) -> None:
+    """Wait until the health watches set at ``watched_at`` have a minute of samples (bounded:
+    ``hostops.HEALTH_SETTLE_S`` at most; an interruption ends it, like every wait of the run)."""
+    left = watched_at + hostops.HEALTH_SETTLE_S - ctl.clock()
+    if left > 0:
+        ctl.view.detail(host, f"waiting {left:.0f}s: DCGM's health checks need a minute of samples")
+        ctl._wait(left)
+
+
+def _exporter(ctl: Rollout, host: str, want: str, label: str) -> str | None:
     v = ctl.targets[host].variables
     url = str(v.get("dcgm_exporter_verify_url") or "http://127.0.0.1:9400/metrics")
     basic = bool(v.get("dcgm_exporter_basic_auth_users"))
@@ -134,13 +160,10 @@ def _exporter(ctl: Rollout, host: str, want: str) -> str | None:
         conn = ctl._conn(host)
         result = conn.run(hostops.scrape_script(url, basic), stdin=stdin, timeout=30)
         if result.rc == 0:
-            drivers, uuids = hostops.exporter_driver_labels(result.stdout)
+            drivers, uuids = hostops.exporter_driver_labels(result.stdout, label)
             if drivers == {want} and len(uuids) >= ctl.targets[host].gpu_count:
                 return None
-            last = (
-                f"DCGM_FI_DRIVER_VERSION {', '.join(sorted(drivers)) or 'absent'} on "
-                f"{len(uuids)} GPUs"
-            )
+            last = f"{label} {', '.join(sorted(drivers)) or 'absent'} on {len(uuids)} GPUs"
         else:
             last = f"scraping {url} failed: {(result.stderr or result.stdout).strip()[-200:]}"
         if ctl.clock() >= deadline:
