@@ -283,7 +283,8 @@ def check_replica(exp: StackExpectation, rep: Replica, fetch: Fetch) -> _Replica
 
     # GPUs present in the exporters' metrics
     if exp.gpus:
-        promql = f'count by (node) ({exp.gpu_metric}{{job="dcgm"}})'
+        # GPUs, not series: a GPU in MIG mode has one series per GPU instance, all with its UUID
+        promql = f'count by (node) (count by (node, UUID) ({exp.gpu_metric}{{job="dcgm"}}))'
         series, err = _query(fetch, rep.url, promql)
         if err is None:
             result.gpus = {s["metric"].get("node", ""): int(float(s["value"][1])) for s in series}

@@ -87,7 +87,9 @@ class CannedStack:
                     for (j, i), v in self.up.items()
                 ]
             else:
-                assert query == 'count by (node) (DCGM_FI_DEV_GPU_TEMP{job="dcgm"})'
+                assert query == (
+                    'count by (node) (count by (node, UUID) (DCGM_FI_DEV_GPU_TEMP{job="dcgm"}))'
+                )
                 result = [{"metric": {"node": "gpu01"}, "value": [0, str(self.gpus[base])]}]
             return ok({"status": "success", "data": {"resultType": "vector", "result": result}})
         if parts.path == "/api/v2/status":
