@@ -5,6 +5,7 @@ from deployer.modules import (  # noqa: F401
     archive,
     command,
     files,
+    mig_copy,
     package,
     reboot,
     repositories,

@@ -24,6 +24,7 @@ OK_ARGS = {
     "archive": {"url": "http://m/a.tar.gz", "dest": "/opt/a", "sha256": "a" * 64},
     "wait_for": {"port": 9100},
     "reboot": {},
+    "copy_by_mig_mode": {"dest": "/etc/x.csv", "content": "a", "mig_content": "b"},
 }
 
 
