@@ -1,13 +1,19 @@
 """What the GPU rule pack needs to know about GPU models and the exporter's shape, as computed values.
 
-Owns the model facts the rules apply (which boards have no memory-temperature sensor, how many
-compute slices a MIG GPU has), the PromQL fragments built from them and from the field registry
-(``deployer/dcgm_fields.py``), and the identity every alert of the pack carries. The rule
-templates (``roles/prometheus/templates/rules/``) read them through the template global
-``gpumon_rule_pack``; nothing here is text to be matched.
+Owns the model facts the rules apply (which boards have no memory-temperature sensor, read from
+the compatibility matrix; how many compute slices a MIG GPU has), the PromQL fragments built from
+them and from the field registry (``deployer/dcgm_fields.py``), and the identity every alert of
+the pack carries. The rule templates (``roles/prometheus/templates/rules/``) read them through
+the template global ``gpumon_rule_pack``; nothing here is text to be matched.
 
 Public API
 ----------
+``sensorless_models() -> tuple``
+    The compat models (``deployer/data/compat.yml`` keys) whose ``memory_temp_sensor`` is false:
+    boards whose memory has no temperature sensor NVML reports (nvidia-smi "Memory Current
+    Temp: N/A", dcgm-exporter DCGM_FI_DEV_MEMORY_TEMP 0). The matrix is the one place that fact
+    lives, with its evidence (a capture) or its unverified mark (docs/unverified.md, generated
+    from the matrix); a model whose sensor is not known (null) is not exempted.
 ``template_values() -> dict``
     The ``gpumon_rule_pack`` global: ``sensorless_models`` (exporter ``modelName`` values),
     ``mig_labels``, ``exporter_host_labels``, ``scope`` (field key -> "gpu"/"instance"/...),
@@ -30,20 +36,6 @@ from typing import Any
 
 from deployer import dcgm_fields
 from deployer.gpu import matrix
-
-# Boards whose memory has no temperature sensor NVML reports: nvidia-smi prints "Memory Current
-# Temp: N/A" and dcgm-exporter exports DCGM_FI_DEV_MEMORY_TEMP 0. Model keys of
-# deployer/data/compat.yml; the evidence is a real capture in ../shared/gpu_reality_fixtures:
-SENSORLESS_MODELS: dict[str, str] = {
-    "T4": "telegraf/tesla-t4.xml <memory_temp>N/A",
-    "A10": "telegraf/a10g.xml <memory_temp>N/A (NVIDIA A10G)",
-    "L40S": "nvidia_gpu_exporter/linux-x86_64__nvidia-l40s__595.80.txt 'Memory Current Temp : N/A'; "
-    "dcgm-exporter-metrics/l40s_595.58.03_default-counters.metrics DCGM_FI_DEV_MEMORY_TEMP 0",
-    "P100": "netdata_go.d.plugin/tesla-p100.xml <memory_temp>N/A",
-    # Same GDDR6 Ada board family as the L40S; no capture: docs/unverified.md#sensorless-l4-l40
-    "L4": "unverified: docs/unverified.md#sensorless-l4-l40",
-    "L40": "unverified: docs/unverified.md#sensorless-l4-l40",
-}
 
 # Compute slices of a GPU in MIG mode ("<n>g.<mem>" profiles use n of them). 7 on the A100/H100
 # family: the H100 MIG capture's instances 3g.40gb + 2g.20gb + 1g.10gb + 1g.10gb fill its 7
@@ -107,11 +99,18 @@ def _exporter_names(model: str) -> list[str]:
     return [n for n in (found.names if found else ()) if "[" not in n]
 
 
+def sensorless_models() -> tuple[str, ...]:
+    """The compat models without a memory temperature sensor (see the module docstring)."""
+    return tuple(
+        sorted(key for key, m in matrix.matrix().models.items() if m.memory_temp_sensor is False)
+    )
+
+
 @cache
 def template_values() -> dict[str, Any]:
     """The ``gpumon_rule_pack`` template global (see the module docstring)."""
     return {
-        "sensorless_models": sorted({n for m in SENSORLESS_MODELS for n in _exporter_names(m)}),
+        "sensorless_models": sorted({n for m in sensorless_models() for n in _exporter_names(m)}),
         "mig_labels": list(dcgm_fields.MIG_LABELS),
         "exporter_host_labels": list(dcgm_fields.EXPORTER_HOST_LABELS),
         "scope": {f.key: f.scope for f in dcgm_fields.FIELDS_BY_KEY.values()},

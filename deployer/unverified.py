@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from deployer import dcgm_fields
 from deployer.gpu.matrix import DATA_FILE
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "unverified.md"
@@ -37,7 +38,9 @@ _USED_BY = {
     "min_driver": "the driver floor refusal (`driver-too-old`)",
     "module": "the kernel-module flavour rule",
     "rack_uniform_driver": "the one-driver-per-rack rule (GB200/GB300 NVL72)",
-    "memory_temp_sensor": "which boards are sensorless (their DCGM_FI_DEV_MEMORY_TEMP is 0)",
+    "memory_temp_sensor": "which boards are sensorless (their "
+    f"{dcgm_fields.metric('memory_temp')} is 0): `deployer/rule_pack.py` `sensorless_models()` "
+    "exempts them from GPUMemoryTemperatureMissing and the HBM thresholds",
     "mig": "which boards can run MIG",
     "dcgm": "the minimum DCGM for the driver's CUDA major",
     "deb_version": "the package versions the roles pin",

@@ -195,10 +195,12 @@ def _view(
     out["driver_switch"] = driver_switch(resolved, facts)
     out["dcgm_stale_variants"] = dcgm_stale_variants(resolved, facts)
     # The CSV holds only names this exporter version accepts; a host with a GPU in MIG mode also
-    # collects the instances' utilization signal (deployer/dcgm_fields.py).
-    mig = any(g.get("mig_enabled") for g in facts.get("gpus") or [])
-    out["exporter_csv"] = dcgm_fields.csv_from_vars(
-        variables, exporter_tag=resolved.exporter_tag, mig_enabled=mig
+    # collects the instances' utilization signal (deployer/dcgm_fields.py). Both are planned: MIG
+    # mode is read on the host when the exporter role runs (module copy_by_mig_mode), since the
+    # facts of a run that installs the driver cannot know it.
+    out["exporter_csv"] = dcgm_fields.csv_from_vars(variables, exporter_tag=resolved.exporter_tag)
+    out["exporter_csv_mig"] = dcgm_fields.csv_from_vars(
+        variables, exporter_tag=resolved.exporter_tag, mig_enabled=True
     )
     out["driver_record"] = {"path": RECORD_PATH, "stale": False}
     return out

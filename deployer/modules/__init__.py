@@ -7,6 +7,7 @@ from deployer.modules import (  # noqa: F401
     command,
     driver_switch,
     files,
+    mig_copy,
     package,
     reboot,
     repositories,

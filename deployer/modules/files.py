@@ -100,14 +100,14 @@ def attr_commands(path: str, args: dict[str, Any], differences: dict[str, Any]) 
     return cmds
 
 
-_ATTR_PARAMS = {
+ATTR_PARAMS = {
     "owner": Param(str),
     "group": Param(str),
     "mode": Param((str, int)),  # ints are refused with a clear message in normalise_mode
 }
 
 
-class _FileAttrs(Module):
+class FileAttrs(Module):
     write_then_read = True  # one command per write (an atomic replace, or chown/chmod)
 
     def check(self, args: dict[str, Any]) -> None:
@@ -117,14 +117,14 @@ class _FileAttrs(Module):
 
 
 @register
-class Directory(_FileAttrs):
+class Directory(FileAttrs):
     """A directory with owner, group and mode (parents created as needed), or its absence."""
 
     name = "directory"
     params = {
         "path": Param(str, required=True),
         "state": Param(str, default="present", choices=("present", "absent")),
-        **_ATTR_PARAMS,
+        **ATTR_PARAMS,
     }
 
     def read_script(self, args: dict[str, Any]) -> str:
@@ -170,7 +170,7 @@ class Directory(_FileAttrs):
 
 
 @register
-class File(_FileAttrs):
+class File(FileAttrs):
     """An existing file's attributes, a file's absence, or a symbolic link."""
 
     name = "file"
@@ -178,7 +178,7 @@ class File(_FileAttrs):
         "path": Param(str, required=True),
         "state": Param(str, default="file", choices=("file", "touch", "absent", "link")),
         "src": Param(str),
-        **_ATTR_PARAMS,
+        **ATTR_PARAMS,
     }
 
     def check(self, args: dict[str, Any]) -> None:
@@ -238,7 +238,7 @@ class File(_FileAttrs):
 
 
 @register
-class Copy(_FileAttrs):
+class Copy(FileAttrs):
     """A file with exact content (inline ``content`` or a role file ``src``), written atomically."""
 
     name = "copy"
@@ -248,7 +248,7 @@ class Copy(_FileAttrs):
         "src": Param(str),
         "validate": Param(str),
         "secret": Param(bool, default=False),
-        **_ATTR_PARAMS,
+        **ATTR_PARAMS,
     }
     source_kind = "files"
 
@@ -358,12 +358,12 @@ class Template(Copy):
         "dest": Param(str, required=True),
         "validate": Param(str),
         "secret": Param(bool, default=False),
-        **_ATTR_PARAMS,
+        **ATTR_PARAMS,
     }
     source_kind = "templates"
 
     def check(self, args: dict[str, Any]) -> None:
-        _FileAttrs.check(self, args)
+        FileAttrs.check(self, args)
         if args.get("validate") and "%s" not in args["validate"]:
             raise ArgError("validate", "must contain %s (the candidate file's path)")
 

@@ -13,6 +13,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from deployer import dcgm_fields
+
 # Compute processes on the GPUs (one CSV line each; nothing when idle). rc!=0: nvidia-smi failed.
 COMPUTE_APPS = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader"
 
@@ -74,8 +76,34 @@ class ValidationProbe:
     diag_output: str
 
 
+# DCGM's health watches, set before the probe (after a reboot nv-hostengine watches nothing:
+# ``health -c`` then exits 253, "Health watches not enabled"). What ``health -c`` reports right
+# after ``-s`` (NVIDIA/DCGM at v4.6.0, 51b65ccebf9d): ``SetWatches`` ends with
+# ``UpdateAllFields(1)`` (modules/health/DcgmHealthWatch.cpp:497-502), so each watched field has
+# exactly one sample, and ``dcgmHealthCheck`` asks with startTime 0 (dcgmlib/src/DcgmApi.cpp:
+# 3366-3367), which every rate check turns into "now - 60 s" and compares the first sample in
+# that minute with the latest one: PCIe replays (MonitorPcie, DcgmHealthWatch.cpp:1588-1684),
+# thermal and power violation time (MonitorThermal :2345-2415, MonitorPower :2418-2504), NVLink
+# error counters. With one sample the difference is 0 -- "Healthy" without having looked -- and a
+# field with no sample yet is DCGM_ST_NO_DATA, also no incident (:1617-1621). The watched fields
+# update every 30 s at the least (MIN_HEALTH_WATCH_UPDATE_INTERVAL_US, :36-37; ``-u`` default 30.0,
+# dcgmi/CommandLineParser.cpp:1253-1258), and dcgmi's own help says of the m, n, p and t watches
+# "(*) watch requires 60 sec before first query" (CommandLineParser.cpp:1246; dcgm.md §6). Only
+# the latest-value checks (volatile DBEs, retired pages, row remapping, InfoROM, XIDs) see a
+# fault at once. The same at v4.4.2 (UpdateAllFields(1) at :337, the one-minute windows).
+HEALTH_WATCH = "dcgmi health -s a"
+HEALTH_SETTLE_S = 60.0
+
+
+def health_watch_script() -> str:
+    """Set every health watch; fails (non-zero, DCGM's message on stdout/stderr) when it cannot."""
+    return f"{HEALTH_WATCH} 2>&1"
+
+
 def probe_script(diag_level: int) -> str:
-    """One read-only script: loaded module, nvidia-smi GPUs and versions, dcgmi health, diag."""
+    """One read-only script: loaded module, nvidia-smi GPUs and versions, ``dcgmi health -c``
+    (the watches set ``HEALTH_SETTLE_S`` before: ``health_watch_script``), then diag (after the
+    health check, whose one-minute window must not hold the diag's own load)."""
     diag = (
         f'out=$(dcgmi diag -r {int(diag_level)} 2>&1); echo "@@diag_rc=$?"; printf "%s\\n" "$out"'
         if diag_level > 0
@@ -89,8 +117,7 @@ def probe_script(diag_level: int) -> str:
             "out=$(nvidia-smi --query-gpu=driver_version,uuid --format=csv,noheader 2>&1); "
             'rc=$?; printf "%s\\n" "$out"; echo "@@smi_rc=$rc"',
             'echo "@@health"',
-            "out=$( (dcgmi health -s a >/dev/null 2>&1; dcgmi health -c) 2>&1); "
-            'rc=$?; printf "%s\\n" "$out"; echo "@@health_rc=$rc"',
+            'out=$(dcgmi health -c 2>&1); rc=$?; printf "%s\\n" "$out"; echo "@@health_rc=$rc"',
             'echo "@@diag"',
             diag,
             "true",
@@ -146,17 +173,26 @@ def scrape_script(url: str, basic_auth: bool) -> str:
     return f"curl -sS --max-time 10{insecure}{auth} --fail -- {shlex.quote(url)}"
 
 
-_DRIVER_LABEL = re.compile(r'DCGM_FI_DRIVER_VERSION="([^"]*)"')
 _UUID_LABEL = re.compile(r'[{,]UUID="([^"]*)"')
 
 
-def exporter_driver_labels(metrics: str) -> tuple[set[str], set[str]]:
-    """(driver versions in DCGM_FI_DRIVER_VERSION labels, GPU UUIDs) of a /metrics body."""
+def driver_label(exporter_tag: str | None = None) -> str:
+    """The label the exporter writes the driver version in: the field registry's name for it as
+    that exporter version's CSV names it (the metric name where it accepts it)."""
+    field = dcgm_fields.FIELDS_BY_KEY["driver_version"]
+    return dcgm_fields.csv_name(field, exporter_tag) or field.metric
+
+
+def exporter_driver_labels(metrics: str, label: str | None = None) -> tuple[set[str], set[str]]:
+    """(driver versions in the driver-version labels, GPU UUIDs) of a /metrics body; ``label``
+    defaults to the registry's metric name for the field. UUIDs are GPUs: a GPU in MIG mode has
+    one series per GPU instance, all with the GPU's UUID."""
+    pattern = re.compile(r"[{,]" + re.escape(label or driver_label()) + r'="([^"]*)"')
     drivers, uuids = set(), set()
     for line in metrics.splitlines():
         if line.startswith("#"):
             continue
-        drivers.update(_DRIVER_LABEL.findall(line))
+        drivers.update(pattern.findall(line))
         uuids.update(_UUID_LABEL.findall(line))
     return drivers, uuids
 

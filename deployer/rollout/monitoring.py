@@ -13,7 +13,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from deployer import status
+from deployer import dcgm_fields, status
 from deployer.session import DeploySession
 
 Fetch = Callable[[str], status.Response]
@@ -23,7 +23,7 @@ Fetch = Callable[[str], status.Response]
 class MonitoringTier:
     alertmanagers: list[str] = field(default_factory=list)  # peer base URLs
     replicas: list[tuple[str, str]] = field(default_factory=list)  # (host, base URL)
-    gpu_metric: str = "DCGM_FI_DEV_GPU_TEMP"
+    gpu_metric: str = dcgm_fields.metric("gpu_temp")
 
     @property
     def exists(self) -> bool:
@@ -74,11 +74,12 @@ def replica_sees(
         return f"target(s) of {node} down: {', '.join(sorted(down))}"
     # GPUs, not series: on a MIG GPU the exporter emits one series per GPU instance, each with
     # the parent GPU's UUID (../shared/gpu_reality_fixtures/dcgm-exporter-metrics/a800_mig_*)
-    promql = f'count(count by (UUID) ({metric}{{node="{node}",DCGM_FI_DRIVER_VERSION="{driver}"}}))'
+    label = dcgm_fields.metric("driver_version")
+    promql = f'count(count by (UUID) ({metric}{{node="{node}",{label}="{driver}"}}))'
     seen, err = _query(fetch, base, promql)
     if err is not None:
         return f"query failed: {err}"
     count = int(float(seen[0]["value"][1])) if seen else 0
     if count < gpus:
-        return f"{count}/{gpus} GPUs of {node} with DCGM_FI_DRIVER_VERSION={driver}"
+        return f"{count}/{gpus} GPUs of {node} with {label}={driver}"
     return None

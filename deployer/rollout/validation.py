@@ -5,10 +5,14 @@ reference README; nvidia-driver.md §6, dcgm.md §6):
   target, Fabric Manager at the driver's version, DCGM version and CUDA variant, exporter;
 - nvidia-smi sees every GPU: ``gpu_count`` of them, every UUID the preflight saw;
 - ``dcgmi health -c`` reports Overall Health ``Healthy`` and ``dcgmi diag -r LEVEL`` no failed
-  test (level 0 skips the diag), judged by what they print (``deployer.gpu.dcgmi``): real dcgmi exits
-  0 on an unhealthy GPU;
-- the exporter serves metrics of every GPU with ``DCGM_FI_DRIVER_VERSION`` = target (bounded
-  wait: it samples on its own interval);
+  test (level 0 skips the diag), judged by what they print (``deployer.gpu.dcgmi``): real dcgmi
+  exits 0 on an unhealthy GPU. The health watches are set first and checked only once they have
+  a minute of samples (``hostops.HEALTH_SETTLE_S``: DCGM's rate checks compare the first and the
+  last sample of the past minute, so a check right after ``-s`` is Healthy without having
+  looked); the checks below run meanwhile, and the diag runs after the health check;
+- the exporter serves metrics of every GPU with the driver-version label (field
+  ``driver_version`` of ``deployer.dcgm_fields``) = target (bounded wait: it samples on its own
+  interval);
 - every Prometheus replica scrapes the host (``up == 1``) and has its GPUs' series with the new
   driver label (bounded wait: a scrape interval or two), when the inventory has Prometheus.
 
@@ -51,6 +55,15 @@ def validate(
     ``expected_uuids`` are the GPUs seen before the run; ``detail`` shows progress."""
     checks: list[dict[str, Any]] = []
 
+    # DCGM's health watches before anything else: the check needs them a minute old.
+    watch = host.run(hostops.health_watch_script(), timeout=120)
+    watched_at = host.clock()
+    if watch.rc != 0:
+        output = (watch.stdout or watch.stderr or "").strip()[:300]
+        name = dcgmi.exit_status_name(watch.rc)
+        why = f"{hostops.HEALTH_WATCH} failed (exit {watch.rc}, {name}): {output}"
+        _check(checks, "dcgmi health watches set", why)
+
     facts = gather(host.connection())
     mismatches = verify.verify(target.resolved, observed(facts))
     _check(
@@ -61,6 +74,15 @@ def validate(
         f"({', '.join(target.resolved.dcgm_packages)}), exporter {target.resolved.exporter_tag}",
     )
 
+    label = hostops.driver_label(target.resolved.exporter_tag)
+    exporter = _exporter(host, target, want, label, timeouts.exporter_s)
+    replicas = (
+        _prometheus(host, target, want, tier, fetch, timeouts.prometheus_s, detail)
+        if tier.replicas
+        else None
+    )
+    if watch.rc == 0:
+        _settle(host, watched_at, detail)
     probe = hostops.parse_probe(host.run(hostops.probe_script(diag_level), timeout=900).stdout)
     checks.extend(
         judge_probe(
@@ -72,17 +94,12 @@ def validate(
         )
     )
 
-    _check(
-        checks,
-        "exporter serves the new driver label",
-        _exporter(host, target, want, timeouts.exporter_s),
-        want,
-    )
+    _check(checks, "exporter serves the new driver label", exporter, want)
     if tier.replicas:
         _check(
             checks,
             "Prometheus replicas see the host",
-            _prometheus(host, target, want, tier, fetch, timeouts.prometheus_s, detail),
+            replicas,
             ", ".join(h for h, _ in tier.replicas),
         )
     problems = [f"{c['check']}: {c['detail']}" for c in checks if not c["ok"]]
@@ -131,7 +148,18 @@ def _short(verdict: dcgmi.Verdict, limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _exporter(host: HostAccess, target: HostTarget, want: str, timeout_s: int) -> str | None:
+def _settle(host: HostAccess, watched_at: float, detail: Callable[[str], None]) -> None:
+    """Wait until the health watches set at ``watched_at`` have a minute of samples (bounded:
+    ``hostops.HEALTH_SETTLE_S`` at most; an interruption ends it, like every wait of the run)."""
+    left = watched_at + hostops.HEALTH_SETTLE_S - host.clock()
+    if left > 0:
+        detail(f"waiting {left:.0f}s: DCGM's health checks need a minute of samples")
+        host.wait(left)
+
+
+def _exporter(
+    host: HostAccess, target: HostTarget, want: str, label: str, timeout_s: int
+) -> str | None:
     v = target.variables
     url = str(v.get("dcgm_exporter_verify_url") or "http://127.0.0.1:9400/metrics")
     basic = bool(v.get("dcgm_exporter_basic_auth_users"))
@@ -147,13 +175,10 @@ def _exporter(host: HostAccess, target: HostTarget, want: str, timeout_s: int) -
     while True:
         result = host.connection().run(hostops.scrape_script(url, basic), stdin=stdin, timeout=30)
         if result.rc == 0:
-            drivers, uuids = hostops.exporter_driver_labels(result.stdout)
+            drivers, uuids = hostops.exporter_driver_labels(result.stdout, label)
             if drivers == {want} and len(uuids) >= target.gpu_count:
                 return None
-            last = (
-                f"DCGM_FI_DRIVER_VERSION {', '.join(sorted(drivers)) or 'absent'} on "
-                f"{len(uuids)} GPUs"
-            )
+            last = f"{label} {', '.join(sorted(drivers)) or 'absent'} on {len(uuids)} GPUs"
         else:
             last = f"scraping {url} failed: {(result.stderr or result.stdout).strip()[-200:]}"
         if host.clock() >= deadline:

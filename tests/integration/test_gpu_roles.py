@@ -181,8 +181,14 @@ def test_the_exporter_serves_every_simulated_gpu(runs, gpu_hosts, ssh_config):
         assert len(uuids) == hv["gpu_count"]
         metrics = host.check_output("curl -fsS http://127.0.0.1:9400/metrics")
         temps = [x for x in metrics.splitlines() if x.startswith("DCGM_FI_DEV_GPU_TEMP{")]
-        assert sorted(x.split('UUID="')[1].split('"')[0] for x in temps) == sorted(uuids)
-        assert "DCGM_FI_PROF_" not in metrics  # profiling is opt-in
+        # one series per GPU, or per GPU instance of a GPU in MIG mode (each with the GPU's UUID)
+        assert {x.split('UUID="')[1].split('"')[0] for x in temps} == set(uuids)
+        mig = "Enabled" in host.check_output(
+            "nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader"
+        )
+        # profiling is opt-in; a host with a GPU in MIG mode collects its instances' activity
+        profiling = {x.split("{")[0] for x in metrics.splitlines() if x.startswith("DCGM_FI_PROF_")}
+        assert profiling == ({"DCGM_FI_PROF_GR_ENGINE_ACTIVE"} if mig else set()), name
 
 
 def test_a_changed_field_group_restarts_the_exporter_with_the_new_csv(

@@ -57,9 +57,8 @@ def test_gpu_hosts_export_their_expected_gpu_count(lab, converged):
     for host in lab.hosts:
         metrics = lab.ssh(host.name, "curl -fsS http://127.0.0.1:9100/metrics").stdout
         assert "node_exporter_build_info" in metrics
-        if host.name.startswith("gpu"):
-            expected = 4 if host.name == "gpu03" else 8
-            assert f"gpumon_expected_gpus {expected}" in metrics
+        if host.is_gpu:  # the topology's count (2 on gpu05/gpu06, 4 on gpu03, 8 on the others)
+            assert f"gpumon_expected_gpus {host.gpu_count}" in metrics, host.name
 
 
 def test_the_archive_was_verified_and_unpacked_from_the_mirror(lab, converged):

@@ -1,6 +1,9 @@
-"""``gpumon-deploy upgrade-driver`` on the lab's four simulated GPU hosts and its monitoring tier.
+"""``gpumon-deploy upgrade-driver`` on the lab's simulated GPU hosts gpu01-gpu04 and its monitoring
+tier. The runs name their hosts (ROLLED, BASELINE_HOSTS) rather than ``gpu:!gpu04``, which also
+takes the default lab's gpu05 (MIG) and gpu06 (L40S): those two are upgraded, on purpose, by
+tests/integration/test_gpu_reality_lab.py, and rolling them here too would double these runs.
 
-The module converges the GPU hosts at driver 580.65.06 and the monitoring tier first, then:
+The module converges gpu01-gpu04 at driver 580.65.06 and the monitoring tier first, then:
 
 - a branch past R580 is refused for the V100 host (exit 2, nothing touched, no run recorded);
 - a host made to fail validation (``upgrade-validation`` fault: ``dcgmi diag`` fails) stops the
@@ -58,6 +61,11 @@ DRAIN = (
     f"resume) rm -f {MARKERS}/{{host}};; esac"
 )
 DRAIN_ARGS = ("--drain", "command", "--drain-command", DRAIN, "--drain-host", "mon01")
+# The hosts these tests roll (canary gpu01, then gpu02 and gpu03), and those at the baseline
+# (gpu04 too: the V100 the R595 plan refuses, and the host outside the validation-failure run).
+ROLLED = ("gpu01", "gpu02", "gpu03")
+ROLLED_LIMIT = ":".join(ROLLED)
+BASELINE_HOSTS = "gpu01:gpu02:gpu03:gpu04"
 
 
 gpumon = functools.partial(run_cli, timeout=1500)
@@ -151,11 +159,11 @@ def firing_in(url: str, node: str) -> bool:
 @pytest.fixture(scope="module")
 def baseline(ulab, inventory, webhook):
     """GPU hosts at 580.65.06, faults healed, the monitoring tier converged."""
-    for h in inventory["children"]["gpu"]["hosts"]:
+    for h in BASELINE_HOSTS.split(":"):
         ulab.heal(h)
     inv = str(ulab.inventory_path)
     proc = gpumon(
-        "up", "-i", inv, "--limit", "gpu", "-e", f"nvidia_driver_version={BASELINE}",
+        "up", "-i", inv, "--limit", BASELINE_HOSTS, "-e", f"nvidia_driver_version={BASELINE}",
         "-e", "nvidia_driver_reboot=if_required", "--out-of-service",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -185,7 +193,7 @@ def test_a_branch_past_r580_is_refused_for_the_v100_and_nothing_is_touched(
 
 def test_check_prints_the_plan_and_changes_nothing(ulab, baseline, state_env):
     proc = gpumon(
-        "upgrade-driver", "-i", baseline, "--to", "595", "--limit", "gpu:!gpu04", "--check",
+        "upgrade-driver", "-i", baseline, "--to", "595", "--limit", ROLLED_LIMIT, "--check",
         "--batch-size", "2", "--output", "json", *DRAIN_ARGS, env=state_env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -210,7 +218,7 @@ def test_a_host_failing_validation_stops_the_run_and_stays_drained_and_silenced(
     report = None
     try:
         proc = gpumon(
-            "upgrade-driver", "-i", baseline, "--to", "580.126.20", "--limit", "gpu:!gpu04",
+            "upgrade-driver", "-i", baseline, "--to", "580.126.20", "--limit", ROLLED_LIMIT,
             "--canary", "1", "--batch-size", "1", "--max-failures", "1", "--output", "json",
             *DRAIN_ARGS, env=state_env,
         )  # fmt: skip
@@ -289,7 +297,7 @@ def test_a_rolling_upgrade_killed_mid_run_is_finished_by_resume(
     sampler = Sampler(tmp_path / "runs")
     sampler.start()
     args = (
-        "upgrade-driver", "-i", baseline, "--to", "595", "--limit", "gpu:!gpu04",
+        "upgrade-driver", "-i", baseline, "--to", "595", "--limit", ROLLED_LIMIT,
         "--canary", "1", "--batch-size", "2", "--max-unavailable", "2", *DRAIN_ARGS,
     )  # fmt: skip
     first = subprocess.Popen(
@@ -353,8 +361,10 @@ def test_a_rolling_upgrade_killed_mid_run_is_finished_by_resume(
             assert rfc3339_to_unix(sil["endsAt"]) >= history["undraining"]  # after validation
         for name, v in inventory["hosts"].items():
             if name in inventory["children"]["monitoring"]["children"]["prometheus"]["hosts"]:
+                # GPUs by UUID (a GPU in MIG mode has a series per GPU instance)
                 q = urllib.request.quote(
-                    f'count(DCGM_FI_DEV_GPU_TEMP{{node="{h}",DCGM_FI_DRIVER_VERSION="595.45.04"}})'
+                    "count(count by (UUID) "
+                    f'(DCGM_FI_DEV_GPU_TEMP{{node="{h}",DCGM_FI_DRIVER_VERSION="595.45.04"}}))'
                 )
                 res = http_json(f"http://{v['ansible_host']}:9090/api/v1/query?query={q}")
                 assert (
@@ -394,7 +404,6 @@ def test_an_upgrade_across_cuda_12_and_13_switches_the_dcgm_variant(ulab, baseli
 # ---- a batch wider than --max-unavailable, killed and resumed; `up` after the rollout ------------
 
 TARGET = "580.126.20"
-ROLLED = ("gpu01", "gpu02", "gpu03")
 RECORD = "/var/lib/gpumon/nvidia-driver.json"
 
 
@@ -419,7 +428,7 @@ def test_a_kill_in_a_batch_wider_than_max_unavailable_is_finished_by_one_resume(
     ulab, baseline, pinned, tmp_path
 ):
     proc = gpumon(
-        "up", "-i", pinned, "--limit", "gpu:!gpu04", "--out-of-service",
+        "up", "-i", pinned, "--limit", ROLLED_LIMIT, "--out-of-service",
         "-e", "nvidia_driver_reboot=if_required",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -433,7 +442,7 @@ def test_a_kill_in_a_batch_wider_than_max_unavailable_is_finished_by_one_resume(
     sampler = Sampler(tmp_path / "runs")
     sampler.start()
     args = (
-        "upgrade-driver", "-i", pinned, "--to", TARGET, "--limit", "gpu:!gpu04",
+        "upgrade-driver", "-i", pinned, "--to", TARGET, "--limit", ROLLED_LIMIT,
         "--canary", "1", "--batch-size", "2", "--max-unavailable", "1", *DRAIN_ARGS,
     )  # fmt: skip
     first = subprocess.Popen(
@@ -480,7 +489,7 @@ def test_a_kill_in_a_batch_wider_than_max_unavailable_is_finished_by_one_resume(
 def test_up_after_the_rollout_keeps_every_upgraded_driver_and_exits_0(ulab, baseline, pinned):
     assert {h: loaded(ulab, h) for h in ROLLED} == dict.fromkeys(ROLLED, TARGET)  # the rollout's
     before = {h: host_state(ulab, h) for h in ROLLED}
-    proc = gpumon("up", "-i", pinned, "--limit", "gpu:!gpu04", "--output", "json")
+    proc = gpumon("up", "-i", pinned, "--limit", ROLLED_LIMIT, "--output", "json")
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout)
     for h in ROLLED:
@@ -489,7 +498,7 @@ def test_up_after_the_rollout_keeps_every_upgraded_driver_and_exits_0(ulab, base
                    if t["role"] == "nvidia_driver" and t["status"] != "ok"]  # fmt: skip
         assert changed == [], (h, changed)
     assert {h: host_state(ulab, h) for h in ROLLED} == before
-    proc = gpumon("check", "-i", pinned, "--limit", "gpu:!gpu04")
+    proc = gpumon("check", "-i", pinned, "--limit", ROLLED_LIMIT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"NOTE gpu03: keeps driver {TARGET}" in proc.stderr
 

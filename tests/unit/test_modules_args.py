@@ -26,6 +26,7 @@ OK_ARGS = {
     "reboot": {},
     "assert": {"that": "true"},
     "nvidia_driver_switch": {"purge": ["cuda-drivers-535"]},
+    "copy_by_mig_mode": {"dest": "/etc/x.csv", "content": "a", "mig_content": "b"},
 }
 
 
