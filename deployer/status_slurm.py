@@ -44,7 +44,7 @@ from typing import Any
 
 from deployer import slurm_state
 from deployer.connection import Connection, LocalConnection
-from deployer.errors import InputError
+from deployer.errors import HostKeyRefused, HostUnreachable, InputError
 from deployer.rollout import drain
 from deployer.status_http import Fetch, query
 from deployer.status_model import FAILED, OK, Check
@@ -242,6 +242,29 @@ def _read(conn: Connection) -> slurm_state.SlurmView | str:
         return f"Slurm's answer is not what Slurm 22.05 prints: {exc}"
 
 
+def _read_on(where: str, hosts: Opener) -> slurm_state.SlurmView | str:
+    """Slurm's view, read on ``where``; a session that dropped mid-read is closed (the pool
+    opens a new one) and the read tried once more, as the engine retries a connection."""
+    if where == CONTROLLER:
+        return _read(LocalConnection())
+    why = ""
+    for _attempt in range(2):
+        conn: Connection | None = None
+        try:
+            conn = hosts(where)
+            return _read(conn)
+        except HostKeyRefused as exc:
+            return str(exc)
+        except HostUnreachable as exc:  # unreachable, or the session dropped
+            why = str(exc) or type(exc).__name__
+            if conn is None:
+                return why  # could not connect at all (the engine already retried)
+            conn.close()
+        except Exception as exc:  # anything else the session raised: said, not retried
+            return str(exc) or type(exc).__name__
+    return why
+
+
 def observe(
     exp: SlurmExpectation,
     replica_urls: list[str],
@@ -255,14 +278,7 @@ def observe(
     named in a drain reason."""
     obs = SlurmObservation()
     for where in exp.clusters:
-        conn: Connection | None = None
-        try:
-            conn = LocalConnection() if where == CONTROLLER else hosts(where)
-            obs.views[where] = _read(conn)
-        except Exception as exc:  # unreachable, host key refused, a dropped session
-            obs.views[where] = str(exc) or type(exc).__name__
-            if conn is not None and where != CONTROLLER:
-                conn.close()
+        obs.views[where] = _read_on(where, hosts)
     for base in replica_urls:
         usage, err = _usage_from(fetch, base, exp.window)
         if err is not None:

@@ -563,3 +563,32 @@ def test_a_bad_slurm_variable_exits_2_naming_the_host_and_variable_before_any_co
     )
     assert result.exit_code == 2, result.output
     assert "gpumon_slurm_gpu_busy_percent" in result.stderr and "gpu01" in result.stderr
+
+
+class Dropping(ScriptedConnection):
+    """A session that drops on its first command."""
+
+    closed_by_caller: bool = False
+
+    def run(self, command: str, **kw: Any):
+        raise HostUnreachable("mon01: connection lost: Channel closed.")
+
+    def close(self) -> None:
+        self.closed_by_caller = True
+
+
+def test_a_session_that_drops_mid_read_is_closed_and_the_read_tried_once_more(tmp_path):
+    dropped = Dropping(name="mon01")
+    answers = iter([dropped, slurm_host("idle")])
+    obs = observe(
+        expectation("gpu01"), [], Replicas({}), lambda h: next(answers), state_root=tmp_path
+    )
+    assert dropped.closed_by_caller
+    assert not isinstance(obs.views["mon01"], str)
+
+
+def test_a_session_that_drops_twice_is_the_read_error(tmp_path):
+    obs = observe(
+        expectation("gpu01"), [], Replicas({}), lambda h: Dropping(name=h), state_root=tmp_path
+    )
+    assert obs.views["mon01"] == "mon01: connection lost: Channel closed."
