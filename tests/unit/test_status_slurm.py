@@ -592,3 +592,25 @@ def test_a_session_that_drops_twice_is_the_read_error(tmp_path):
         expectation("gpu01"), [], Replicas({}), lambda h: Dropping(name=h), state_root=tmp_path
     )
     assert obs.views["mon01"] == "mon01: connection lost: Channel closed."
+
+
+def test_slurm_hosts_default_runs_the_commands_on_this_machine(tmp_path, monkeypatch):
+    # Slurm's client commands on the controller's PATH, answering with the captured output
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scripts = {
+        "sinfo": f"cat {FIXTURES}/busy.sinfo.txt",
+        "squeue": f"cat {FIXTURES}/busy.squeue.txt",
+        "scontrol": (
+            f'case "$2" in node) cat {FIXTURES}/busy.nodes.txt;; '
+            f"job) cat {FIXTURES}/busy.jobs.txt;; *) exit 1;; esac"
+        ),
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    exp = SlurmExpectation({"controller": nodes("gpu02")}, "10m", 600)
+
+    obs = observe(exp, [], Replicas({}), lambda h: pytest.fail(f"opened {h}"), state_root=tmp_path)
+    assert obs.views["controller"].gpus["gpu02"].allocated_indexes == {0, 1, 2}
