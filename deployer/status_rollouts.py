@@ -50,9 +50,10 @@ def _flock_holders(path: Path, locks_text: str) -> bool:
     st = path.stat()
     want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
     for line in locks_text.splitlines():
-        # "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234567 0 EOF" (fs/locks.c lock_get_status:
-        # "%02x:%02x:%lu" = major, minor in hex, inode in decimal); blocked waiters ("1: ->")
-        # hold nothing.
+        # "1: FLOCK  ADVISORY  WRITE 9001 fe:00:2342913 0 EOF": device major:minor in hex, then
+        # the inode in decimal (as Debian 12's controller printed it for a flock taken by pid
+        # 9001 on inode 2342913 of device 254:0; tests/unit/test_status_rollouts.py checks it on
+        # the running kernel); blocked waiters ("1: -> FLOCK ...") hold nothing.
         words = line.split()
         if len(words) < 6 or words[1] != "FLOCK":
             continue
