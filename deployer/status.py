@@ -26,7 +26,9 @@ fails, naming the host and the cause, when:
 - driver ``NVML: loaded driver = installed``: nvidia-smi cannot initialise NVML (version
   mismatch: reboot owed), or the loaded kernel module is not the installed driver
   (status_driver.py);
-- thanos ``ready`` / ``every sidecar a store``.
+- thanos ``ready`` / ``every sidecar a store``;
+- slurm (GPU hosts with ``gpumon_scheduler: slurm``): a node left drained by a rollout no
+  controller drives any more, or a GPU busy with no Slurm job (status_slurm.py).
 
 ``collect`` takes the fetch function and the host opener as arguments, so the tables are tested
 on canned answers (tests/unit/test_monitoring_status.py, tests/contract/test_status_*.py) and run
@@ -130,6 +132,7 @@ class _Obs:
     )
     am_disk: dict[str, tuple[AlertmanagerDisk | None, str | None]] = field(default_factory=dict)
     facts: dict[str, tuple[HostFacts | None, str | None]] = field(default_factory=dict)
+    slurm: Any = None  # status_slurm.SlurmObservation, when the inventory opts in
 
 
 def _ready(fetch: Fetch, url: str) -> tuple[str, str]:
@@ -212,6 +215,13 @@ def _observe_host(
             conn.close()
 
 
+def _observe_slurm(exp: StackExpectation, fetch: Fetch, hosts: Opener, obs: _Obs) -> None:
+    """Slurm's view of the GPU hosts and their GPU use (deployer/status_slurm.py)."""
+    from deployer import status_slurm
+
+    obs.slurm = status_slurm.observe(exp.slurm, [r.url for r in exp.replicas], fetch, hosts)
+
+
 def _observe(
     exp: StackExpectation, fetch: Fetch, hosts: Opener | None, workers: int, forks: int
 ) -> _Obs:
@@ -224,6 +234,8 @@ def _observe(
     with ThreadPoolExecutor(max_workers=workers) as api, ThreadPoolExecutor(forks) as ssh:
         jobs = [api.submit(_observe_replica, exp, r, fetch, obs) for r in exp.replicas]
         jobs += [api.submit(_observe_alertmanager, p, fetch, obs) for p in exp.alertmanagers]
+        if hosts is not None and exp.slurm is not None:
+            jobs.append(api.submit(_observe_slurm, exp, fetch, hosts, obs))
         if hosts is not None:
             for h in dict.fromkeys([*exp.gpu_hosts, *replicas, *peers]):
                 args = (h, replicas.get(h), peers.get(h), h in gpu_hosts, hosts, obs)
@@ -496,6 +508,10 @@ def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> 
         for host in exp.gpu_hosts:
             found, err = obs.facts.get(host, (None, "not read"))
             checks.append(driver_check(host, found, err))
+        if exp.slurm is not None:
+            from deployer import status_slurm
+
+            checks.extend(status_slurm.checks(exp.slurm, obs.slurm))
     elif exp.gpu_hosts or exp.replicas or exp.alertmanagers:
         checks.append(
             Check(
@@ -507,6 +523,8 @@ def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> 
                 "not checked",
             )
         )
+        if exp.slurm is not None:
+            checks.append(Check("slurm", "-", "read Slurm", OK, "skipped (--api-only)"))
     return checks
 
 

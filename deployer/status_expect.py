@@ -62,6 +62,7 @@ class StackExpectation:
     thanos_queries: list[Endpoint] = field(default_factory=list)
     thanos_stores: list[str] = field(default_factory=list)  # sidecar gRPC host:port
     ssh: dict[str, SSHTarget] = field(default_factory=dict)  # how to reach each host above
+    slurm: Any = None  # status_slurm.SlurmExpectation when a GPU host sets gpumon_scheduler
 
 
 # ---------------------------------------------------------------- expectation from the inventory
@@ -181,10 +182,18 @@ def load_expectation(
             source=str(inventory),
         )
     exp.gpu_hosts = hosts_of("nvidia_driver")[1]
+    if any("gpumon_scheduler" in session.inventory.host(h).vars for h in exp.gpu_hosts):
+        from deployer import status_slurm
+
+        exp.slurm = status_slurm.expect_slurm(
+            variables_of("nvidia_driver"), session.inventory.hosts, str(inventory)
+        )
+    slurm_hosts = [h for h in (exp.slurm.clusters if exp.slurm else ()) if h != "controller"]
     for h in [
         *exp.gpu_hosts,
         *(r.host for r in exp.replicas),
         *(p.host for p in exp.alertmanagers),
+        *slurm_hosts,
     ]:
         exp.ssh[h] = ssh_target(session.inventory.connection(h))
     return exp
