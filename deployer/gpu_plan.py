@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from deployer import compat, dcgm_fields
+from deployer import compat, dcgm_fields, hpc_job_mapping
 from deployer.driver_record import RECORD_PATH, DriverRecord
 from deployer.errors import InputError, PlanRefused
 from deployer.facts import HostFacts
@@ -195,6 +195,7 @@ def _view(
         variables, exporter_tag=resolved.exporter_tag, mig_enabled=mig
     )
     out["driver_record"] = {"path": RECORD_PATH, "stale": False}
+    out["hpc_job_mapping"] = hpc_job_mapping.plan(resolved.host, variables, resolved.exporter_tag)
     return out
 
 
