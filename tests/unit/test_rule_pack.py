@@ -161,7 +161,9 @@ def test_recording_rules_are_named_level_metric_operations(rendered: list[Path])
     assert records
     for name in records:
         level, metric, operations = name.split(":")
-        assert level in {"gpu", "node", "cluster", "gpu_hpc_job", "hpc_job"} and metric and operations, name
+        assert (
+            level in {"gpu", "node", "cluster", "gpu_hpc_job", "hpc_job"} and metric and operations
+        ), name
 
 
 def test_xid_alerts_use_the_windowed_count_not_the_last_code_gauge(rendered: list[Path]) -> None:
