@@ -34,7 +34,7 @@ from deployer.errors import InputError
 
 SCHEDULERS = ("slurm",)
 SUPPORTED_SINCE = "4.3.1-4.4.0"
-INSTANCE_FILES_SINCE = "4.5.3-4.8.2"
+INSTANCE_FILES_SINCE = "4.5.3-4.8.2"  # and later: docs/unverified.md#exporter-4-8-3-hpc
 #: Under /run: a node that crashed without running its Epilog starts with no stale job.
 DEFAULT_DIR = "/run/gpumon/dcgm-job-map"
 DEFAULT_HOOK_NAME = "50-gpumon-dcgm-job-map"

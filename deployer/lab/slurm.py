@@ -167,9 +167,11 @@ def gres_conf(cluster: SlurmCluster) -> str:
 
 
 def site_hook(mode: str) -> str:
-    """The lab site's own Prolog or Epilog script: a glob that matches nothing fails every job
-    (prep_script_slurmd.c, GLOB_NOMATCH gives no list: "Unable to create list of paths"), and a
-    site that globs a directory has scripts of its own there."""
+    """The lab site's own Prolog or Epilog script: a site that globs a directory has scripts of
+    its own there, and a glob that matches nothing fails the Prolog (SchedMD/slurm
+    src/plugins/prep/script/prep_script_slurmd.c, _script_list_create and slurmd_script,
+    GLOB_NOMATCH: "Unable to create list of paths", @04778b4 on master; 22.05:
+    docs/unverified.md#slurm-prolog-glob-nomatch)."""
     return (
         "#!/bin/sh\n"
         f"# Written by `gpumon-deploy lab slurm`: the lab site's own Slurm {mode.capitalize()}.\n"

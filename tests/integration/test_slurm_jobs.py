@@ -15,6 +15,8 @@ Slurm would, and the monitoring tier. A job holding two GPUs of gpu01 runs; whil
 
 and once it ended (cancelled): the files are emptied, not removed, and neither the exporter nor
 either replica has a series with its id any more, its GPU hours kept as the record's last value.
+Turned off again, the role takes its hooks out of the site's directories and the flag off the
+exporter, and jobs still run (the site's own scripts still match the globs).
 
 Set ``GPUMON_SLURM_JOBS_LAB=<name>`` to run against a lab that is already up (development).
 """
@@ -254,3 +256,17 @@ def test_once_the_job_ended_no_series_carries_its_id(jlab, job):
     for name, url in replicas(jlab).items():
         kept = query(url, f'last_over_time(hpc_job:gpu_hours:integral{{hpc_job="{job.id}"}}[1h])')
         assert kept and float(kept[0]["value"][1]) > 0, name
+
+
+def test_turned_off_the_flag_and_the_sites_hooks_go_and_jobs_still_run(jlab, site, job):
+    # after the job test above: converge with the option off, the site's directories still named
+    dirs = {k: v for k, v in JOB_VARS.items() if k != "dcgm_exporter_hpc_job_mapping"}
+    proc = gpumon("up", "-i", site["inventory"], "--limit", HOST, "-e", json.dumps(dirs))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for d in (labslurm.PROLOG_DIR, labslurm.EPILOG_DIR):
+        assert sh(jlab, HOST, f"ls {d}").split() == [labslurm.SITE_HOOK]
+    assert "--hpc-job-mapping-dir" not in sh(jlab, HOST, "systemctl cat dcgm-exporter")
+    after = Job(jlab, 1)
+    wait_until(f"job {after.id} running", lambda: after.state() == "RUNNING" and after.gpus(), 120)
+    after.cancel()
+    assert not [ln for ln in exporter_series(jlab) if "hpc_job=" in ln]

@@ -93,7 +93,8 @@ class ExporterRelease:
     #: accepts, keyed on the gpu label for every series, a MIG GPU's instances included
     #: (internal/pkg/transformation/hpc.go:97,176 @b921c57, tag 4.4.2-4.7.1); "gpu_or_instance":
     #: names matching ^\d+(\.\d+)?$, an instance's series keyed "<gpu>.<GPU_I_ID>"
-    #: (hpc.go:98-105,165 @691c927, tag 4.5.3-4.8.2, NVIDIA/dcgm-exporter#602)
+    #: (hpc.go:98-105,165 @691c927, tag 4.5.3-4.8.2, NVIDIA/dcgm-exporter#602; 4.8.3:
+    #: docs/unverified.md#exporter-4-8-3-hpc)
     hpc_job_files: str = "gpu_or_instance"
 
     @property
