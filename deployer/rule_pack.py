@@ -19,6 +19,8 @@ Public API
     ``mig_labels``, ``exporter_host_labels``, ``scope`` (field key -> "gpu"/"instance"/...),
     ``mig_compute_slices`` ({modelName: slices} where not the default) and
     ``mig_compute_slices_default``.
+``job_values() -> dict``
+    The job-aware part of the global (``job_label``, ``job_sources``): see "Jobs" below.
 ``promql_names_regex(names) -> str``
     An RE2 alternation matching those ``modelName`` values exactly (also with blanks replaced by
     dashes, as ``--replace-blanks-in-model-name`` writes them), escaped for a PromQL string.
@@ -106,6 +108,25 @@ def sensorless_models() -> tuple[str, ...]:
     )
 
 
+# --- Jobs ---------------------------------------------------------------------------------
+# With --hpc-job-mapping-dir dcgm-exporter repeats every series of a GPU once per job on it with
+# the label hpc_job (NVIDIA/dcgm-exporter internal/pkg/transformation/const.go:27,
+# hpc.go:105-121 @691c927). The rules keep that name: a job id in an alert then selects the same
+# series in a query ({hpc_job="4711"}), and the name is the exporter's, not Slurm's (any
+# scheduler's Prolog may write the files). Every per-GPU aggregation drops it (a GPU with two
+# jobs counts and alerts once); GPU alerts put the jobs back as one label, the GPU's job ids
+# sorted and comma-joined, looked up when the alert is evaluated; the job records read it.
+JOB_LABEL = "hpc_job"
+# The GPU-level fields (scope "gpu": on every MIG instance series too) whose series say which jobs
+# a GPU or GPU instance runs; any one present suffices (the default CSV has all three).
+JOB_SOURCE_FIELDS = ("gpu_temp", "power_usage", "total_energy")
+
+
+def job_values() -> dict[str, Any]:
+    """The job part of ``template_values``: the label and the field keys its lookups read."""
+    return {"job_label": JOB_LABEL, "job_sources": list(JOB_SOURCE_FIELDS)}
+
+
 @cache
 def template_values() -> dict[str, Any]:
     """The ``gpumon_rule_pack`` template global (see the module docstring)."""
@@ -120,6 +141,7 @@ def template_values() -> dict[str, Any]:
             for model, slices in MIG_COMPUTE_SLICES.items()
             for name in _exporter_names(model)
         },
+        **job_values(),
     }
 
 

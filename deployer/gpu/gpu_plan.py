@@ -46,7 +46,7 @@ from deployer import dcgm_fields
 from deployer.booleans import as_boolean
 from deployer.errors import InputError, PlanRefused
 from deployer.facts import HostFacts
-from deployer.gpu import matrix, rules, version_plan
+from deployer.gpu import hpc_job_mapping, matrix, rules, version_plan
 from deployer.gpu.driver_record import RECORD_PATH, DriverRecord
 
 # Model used for a stand-in when neither the inventory nor facts name one (validation only).
@@ -203,6 +203,7 @@ def _view(
         variables, exporter_tag=resolved.exporter_tag, mig_enabled=True
     )
     out["driver_record"] = {"path": RECORD_PATH, "stale": False}
+    out["hpc_job_mapping"] = hpc_job_mapping.plan(resolved.host, variables, resolved.exporter_tag)
     return out
 
 

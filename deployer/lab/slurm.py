@@ -8,7 +8,11 @@ key for all (``<lab dir>/munge.key``, 0600; 0400 munge:munge on the hosts), and 
 ``slurm.conf`` everywhere: one node per GPU host with ``Gres=gpu:<model>:<count>`` from its
 simulated GPUs, one partition per ``slurm_partition`` host var. ``gres.conf`` names the
 SIMULATED device nodes (``deployer.lab.devnodes``): with ``Count`` only, slurmd reports 0 GPUs
-and the node goes INVAL. It is idempotent: files are replaced and daemons restarted only when
+and the node goes INVAL. The Prolog and Epilog are directories of scripts, as many sites keep
+them (``Prolog=/etc/slurm/prolog.d/*``, ``Epilog=/etc/slurm/epilog.d/*``), each holding one script
+of the lab "site" (it logs the job and its GPUs to ``/var/log/slurm/lab-site-hooks.log``); the
+product's ``dcgm_exporter`` role adds its job-map hook beside them when told the directories
+(``dcgm_exporter_slurm_prolog_dir``/``_epilog_dir``), as it would at a site. It is idempotent: files are replaced and daemons restarted only when
 their content changed, and it ends when every node answers (bounded wait).
 
 It is a subcommand rather than part of ``lab up`` because only the Slurm tests need it, and
@@ -46,6 +50,10 @@ MUNGE_KEY_BYTES = 1024  # mungekey's default size (munge 0.5.15: 1024 bytes)
 READY_TIMEOUT_S = 120.0
 INSTALL_TIMEOUT_S = 600.0
 STATE_FILE = "slurm.json"
+PROLOG_DIR = "/etc/slurm/prolog.d"
+EPILOG_DIR = "/etc/slurm/epilog.d"
+SITE_HOOK = "10-lab-site"
+SITE_HOOK_LOG = "/var/log/slurm/lab-site-hooks.log"
 # sinfo's long state names that mean "slurmd answers and the node has a valid configuration"
 # (a trailing '*' means not responding; inval/unk/down are the failures to report).
 _ANSWERING = re.compile(r"^(idle|mixed|allocated|completing|drained|draining|reserved|planned)$")
@@ -130,6 +138,10 @@ def slurm_conf(cluster: SlurmCluster) -> str:
         "SlurmdTimeout=60",
         "MinJobAge=60",
         "MpiDefault=none",
+        # the site's Prolog/Epilog: every script of a directory, in name order (a glob; Slurm
+        # 22.05 stops at the first that fails, and a failing Prolog drains the node)
+        f"Prolog={PROLOG_DIR}/*",
+        f"Epilog={EPILOG_DIR}/*",
         "",
         *(_node_line(n) for n in cluster.nodes),
         "",
@@ -152,6 +164,21 @@ def gres_conf(cluster: SlurmCluster) -> str:
         files = devnodes.gpu_device(0) if n.gpu_count == 1 else f"/dev/nvidia[0-{n.gpu_count - 1}]"
         lines.append(f"NodeName={n.name} Name=gpu Type={gres_type(n.gpu_model)} File={files}")
     return "\n".join(lines) + "\n"
+
+
+def site_hook(mode: str) -> str:
+    """The lab site's own Prolog or Epilog script: a site that globs a directory has scripts of
+    its own there, and a glob that matches nothing fails the Prolog (SchedMD/slurm
+    src/plugins/prep/script/prep_script_slurmd.c, _script_list_create and slurmd_script,
+    GLOB_NOMATCH: "Unable to create list of paths", @04778b4 on master; 22.05:
+    docs/unverified.md#slurm-prolog-glob-nomatch)."""
+    return (
+        "#!/bin/sh\n"
+        f"# Written by `gpumon-deploy lab slurm`: the lab site's own Slurm {mode.capitalize()}.\n"
+        f'echo "$(date +%s) {mode} job=${{SLURM_JOB_ID:-}} gpus=${{SLURM_JOB_GPUS:-}}" '
+        f">> {SITE_HOOK_LOG}\n"
+        "exit 0\n"
+    )
 
 
 def munge_key(lab_dir: Path) -> bytes:
@@ -204,6 +231,21 @@ def host_script(cluster: SlurmCluster, host: LabHost, key: bytes) -> str:
         _put_file(
             "/etc/slurm/gres.conf", gres_conf(cluster).encode(), "0644", "root:root", flag_slurm
         ),
+        # read at each job: a change needs no restart
+        _put_file(
+            f"{PROLOG_DIR}/{SITE_HOOK}",
+            site_hook("prolog").encode(),
+            "0755",
+            "root:root",
+            "/run/gpumon-lab-slurm.hooks",
+        ),
+        _put_file(
+            f"{EPILOG_DIR}/{SITE_HOOK}",
+            site_hook("epilog").encode(),
+            "0755",
+            "root:root",
+            "/run/gpumon-lab-slurm.hooks",
+        ),
         f"missing=$(for p in {pkgs}; do dpkg-query -W -f='${{Status}}' \"$p\" 2>/dev/null "
         "| grep -q 'install ok installed' || echo \"$p\"; done)",
         'if [ -n "$missing" ]; then',
@@ -230,7 +272,7 @@ def host_script(cluster: SlurmCluster, host: LabHost, key: bytes) -> str:
             f"if [ -e {flag_munge} ] || [ -e {flag_slurm} ] || ! systemctl is-active -q {d}; "
             f"then systemctl restart {d}; fi",
         ]
-    script += [f"rm -f {flag_munge} {flag_slurm}", ""]
+    script += [f"rm -f {flag_munge} {flag_slurm} /run/gpumon-lab-slurm.hooks", ""]
     return "\n".join(script)
 
 

@@ -125,3 +125,26 @@ def test_the_controller_survives_the_lab_s_record_of_its_topology():
 
     t = topo(TWO_NODES)
     assert topology_from_dict(topology_to_dict(t)).slurm_controller == "mon01"
+
+
+def test_the_prolog_and_epilog_are_directories_of_scripts_as_a_site_keeps_them():
+    conf = slurm.slurm_conf(slurm.cluster_for(topo(TWO_NODES))).splitlines()
+    assert "Prolog=/etc/slurm/prolog.d/*" in conf
+    assert "Epilog=/etc/slurm/epilog.d/*" in conf
+
+
+def test_each_directory_holds_a_script_of_the_sites_own_so_the_glob_matches(tmp_path):
+    script = slurm.host_script(
+        slurm.cluster_for(topo(TWO_NODES)), topo(TWO_NODES).host("gpu01"), b"k"
+    )
+    assert (
+        "/etc/slurm/prolog.d/10-lab-site" in script and "/etc/slurm/epilog.d/10-lab-site" in script
+    )
+    hook = tmp_path / "10-lab-site"
+    hook.write_text(slurm.site_hook("prolog").replace(slurm.SITE_HOOK_LOG, str(tmp_path / "log")))
+    hook.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0,1"}
+    import subprocess
+
+    assert subprocess.run([hook], env=env, check=False).returncode == 0
+    assert (tmp_path / "log").read_text().split()[1:] == ["prolog", "job=7", "gpus=0,1"]

@@ -161,7 +161,9 @@ def test_recording_rules_are_named_level_metric_operations(rendered: list[Path])
     assert records
     for name in records:
         level, metric, operations = name.split(":")
-        assert level in {"gpu", "node", "cluster"} and metric and operations, name
+        assert (
+            level in {"gpu", "node", "cluster", "gpu_hpc_job", "hpc_job"} and metric and operations
+        ), name
 
 
 def test_xid_alerts_use_the_windowed_count_not_the_last_code_gauge(rendered: list[Path]) -> None:
@@ -447,7 +449,7 @@ def test_pcie_limit_without_per_model_overrides_applies_to_every_gpu(tmp_path: P
     expr = rules_of(rendered, "alert")["GPUPCIeReplayRateHigh"]["expr"]
     assert "gpu_model" not in expr
     assert expr.strip() == (
-        "max without (GPU_I_PROFILE, GPU_I_ID, Hostname, hostname) "
+        "max without (GPU_I_PROFILE, GPU_I_ID, Hostname, hostname, hpc_job) "
         "(rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER[5m])) * 60 > 16"
     )
 

@@ -89,6 +89,13 @@ class ExporterRelease:
     #: render_metrics.go:47 @691c927), "hostname" from NVIDIA/dcgm-exporter d5e5f51 (#655),
     #: released in 4.6.0-4.8.3 (shared/reference/dcgm-exporter.md section 5, [X2])
     hostname_label: str = "Hostname"
+    #: --hpc-job-mapping-dir: which file names label which series. "gpu": names strconv.Atoi
+    #: accepts, keyed on the gpu label for every series, a MIG GPU's instances included
+    #: (internal/pkg/transformation/hpc.go:97,176 @b921c57, tag 4.4.2-4.7.1); "gpu_or_instance":
+    #: names matching ^\d+(\.\d+)?$, an instance's series keyed "<gpu>.<GPU_I_ID>"
+    #: (hpc.go:98-105,165 @691c927, tag 4.5.3-4.8.2, NVIDIA/dcgm-exporter#602; 4.8.3:
+    #: docs/unverified.md#exporter-4-8-3-hpc)
+    hpc_job_files: str = "gpu_or_instance"
 
     @property
     def tag(self) -> str:
@@ -100,7 +107,7 @@ class ExporterRelease:
 
 
 EXPORTERS: tuple[ExporterRelease, ...] = (
-    ExporterRelease("4.4.2", "4.7.1"),
+    ExporterRelease("4.4.2", "4.7.1", hpc_job_files="gpu"),
     ExporterRelease("4.5.3", "4.8.2"),
     ExporterRelease("4.6.0", "4.8.3", hostname_label="hostname"),
 )
@@ -388,7 +395,7 @@ def exporter_package(e: ExporterRelease) -> Deb:
               depends=["datacenter-gpu-manager-4-core (>= 1:4.0.0)"], section="non-free/utils")  # fmt: skip
     deb.add_tools("exporter", {"/usr/bin/dcgm-exporter": "main"},
                   {"version": e.version, "exporter_tag": e.tag, "dcgm_version": e.dcgm,
-                   "hostname_label": e.hostname_label,
+                   "hostname_label": e.hostname_label, "hpc_job_files": e.hpc_job_files,
                    "field_names": exporter_fields.field_names(e.version)})  # fmt: skip
     # upstream's etc/ files, byte for byte (the same at 4.4.2-4.7.1, 4.5.3-4.8.2 and d5e5f51)
     for name in ("default-counters.csv", "dcp-metrics-included.csv"):

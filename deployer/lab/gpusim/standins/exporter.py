@@ -4,7 +4,9 @@ host's fault state; embedded mode by default, ``-r host:port`` to use a running 
 """
 
 import os
+import re
 import socket
+import stat
 import sys
 import threading
 import time
@@ -204,6 +206,93 @@ def _fmt(v, kind: str) -> str:
     return str(v)
 
 
+class HpcError(OSError):
+    """The job mapping could not be read: upstream fails the whole scrape (HTTP 500)."""
+
+
+class HpcMapper:
+    """``--hpc-job-mapping-dir DIR`` (env ``DCGM_HPC_JOB_MAPPING_DIR``): the hpcMapper
+    transformation of NVIDIA/dcgm-exporter ``internal/pkg/transformation/hpc.go``, line numbers
+    @691c927 (tag 4.5.3-4.8.2; @b921c57, 4.4.2-4.7.1, where they differ), read at every scrape:
+
+    - DIR missing when the exporter starts: ignored silently until it appears; missing later:
+      an error logged, the scrape goes on unlabelled (hpc.go:39-69);
+    - DIR listed (``os.ReadDir``, names sorted); an entry whose lstat fails (gone since the
+      listing) or that is a directory is skipped; the names kept: ``^\\d+(\\.\\d+)?$`` (hpc.go:165-192),
+      or on 4.4.2-4.7.1 what ``strconv.Atoi`` parses (hpc.go:176 @b921c57: ``+1`` and ``01`` too,
+      which then match no ``gpu`` label);
+    - each kept file read line by line (bufio.Scanner: ``\\n`` ends a line, a trailing ``\\r`` is
+      dropped, an empty line is a job named "", a line over 64 KiB is an error); a file that
+      cannot be opened or read (removed after the listing) fails the scrape (hpc.go:80-84,
+      132-161; server.go:308-320 returns the error, the handler answers 500);
+    - every series of a GPU whose file lists jobs is replaced by one copy per line with the
+      attribute ``hpc_job`` (const.go:27), rendered after the labels with the other attributes,
+      sorted by name (render_metrics.go:52-54); an empty file leaves the series as they are
+      (hpc.go:107, ``len(jobs) != 0``, from 4.3.1-4.4.0). The key of a series is its ``gpu``
+      label, for a MIG GPU instance ``<gpu>.<GPU_I_ID>`` (hpc.go:98-105), except on
+      4.4.2-4.7.1, where every series of GPU N, its instances' too, is keyed N (hpc.go:97).
+    """
+
+    GO_SCANNER_MAX = 64 * 1024  # bufio.MaxScanTokenSize
+
+    def __init__(self, directory: str) -> None:
+        self.dir = directory
+        self.instance_keys = c.BUILD.get("hpc_job_files", "gpu_or_instance") == "gpu_or_instance"
+        log("INFO", f'HPC job mapping is enabled and watch for the "{directory}" directory')
+        self.missing = not os.path.exists(c.path(directory))
+        if self.missing:
+            log("ERROR", f"HPC job mapping file directory '{directory}' not found on "
+                "initialization.", error=f"stat {directory}: no such file or directory")  # fmt: skip
+
+    def _name_ok(self, name: str) -> bool:
+        if self.instance_keys:
+            return re.fullmatch(r"\d+(\.\d+)?", name, flags=re.ASCII) is not None
+        return re.fullmatch(r"[+-]?\d+", name, flags=re.ASCII) is not None
+
+    def jobs(self) -> dict:
+        """{file name: [job, ...]} of this scrape; ``HpcError`` when upstream fails it."""
+        root = c.path(self.dir)
+        if not os.path.exists(root):
+            if not self.missing:
+                log("ERROR", f"Unable to access HPC job mapping file directory '{self.dir}' - "
+                    "directory not found. Ignoring.")  # fmt: skip
+            return {}
+        self.missing = False
+        try:
+            names = sorted(os.listdir(root))
+        except OSError as e:
+            raise HpcError(f"open {self.dir}: {e.strerror}") from e
+        out = {}
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                log("WARN", f"HPC mapper: can not get file info for the {name} file.")
+                continue
+            if stat.S_ISDIR(st.st_mode) or not self._name_ok(name):
+                continue
+            full = f"{self.dir.rstrip('/')}/{name}"
+            try:
+                with open(os.path.join(root, name), "rb") as f:
+                    data = f.read()
+            except OSError as e:
+                raise HpcError(f"open {full}: {e.strerror}") from e
+            lines = data.split(b"\n")
+            if lines and lines[-1] == b"":
+                lines.pop()
+            if any(len(line) >= self.GO_SCANNER_MAX for line in lines):
+                raise HpcError("bufio.Scanner: token too long")
+            out[name] = [line.removesuffix(b"\r").decode("utf-8", "replace") for line in lines]
+        return out
+
+    def copies(self, e: dict, jobs: dict) -> list:
+        """The attributes of each copy of entity ``e``'s series: [{}] when no job maps to it."""
+        key = str(e["gpu"]["index"])
+        if e.get("gi") and self.instance_keys:
+            key = f"{key}.{e['gi']['gi_id']}"
+        return [{"hpc_job": job} for job in jobs.get(key, ())] or [{}]
+
+
 class Collector:
     """Samples the GPUs and renders the exposition text; resamples every ``interval_ms`` or as soon
     as the host's fault state changes."""
@@ -213,9 +302,10 @@ class Collector:
         self.opts = opts
         self.driver = driver
         self.started = time.time()
-        self.cache = ("", 0.0, None)
+        self.cache: tuple = ([], 0.0, None)
         self.lock = threading.Lock()
         self.names = field_names()
+        self.hpc = HpcMapper(opts["hpc_dir"]) if opts.get("hpc_dir") else None
 
     def _state_stamp(self):
         stamps = []
@@ -227,15 +317,26 @@ class Collector:
         return tuple(stamps)
 
     def render(self) -> str:
+        """The exposition of one scrape: the cached sample (resampled every ``interval_ms`` or on
+        a fault change), then the transformations, which upstream applies at every scrape
+        (internal/pkg/server/server.go:308-321 @691c927). ``HpcError`` fails the scrape."""
         with self.lock:
-            text, when, stamp = self.cache
+            families, when, stamp = self.cache
             now_stamp = self._state_stamp()
             fresh = time.time() - when < self.opts["interval_ms"] / 1000.0
-            if text and fresh and stamp == now_stamp:
-                return text
-            text = self._collect()
-            self.cache = (text, time.time(), now_stamp)
-            return text
+            if not (families and fresh and stamp == now_stamp):
+                families = self._collect()
+                self.cache = (families, time.time(), now_stamp)
+        jobs = self.hpc.jobs() if self.hpc else None
+        out = [f"# {c.SIM_NOTE}: dcgm-exporter {c.BUILD.get('exporter_tag', '')}".rstrip()]
+        for name, typ, help_text, rows in families:
+            out.append(f"# HELP {name} {help_text}")
+            out.append(f"# TYPE {name} {typ}")
+            for e, labels, attrs, value in rows:
+                for extra in self.hpc.copies(e, jobs) if self.hpc else ({},):
+                    out.append(f"{name}{self._labels(e, labels, {**(attrs or {}), **extra})} "
+                               f"{value}")  # fmt: skip
+        return "\n".join(out) + "\n"
 
     def _labels(self, e: dict, labels: dict, attributes: dict | None = None) -> str:
         """render_metrics.go:47 @691c927: the fixed labels in their order, then the label fields
@@ -283,11 +384,12 @@ class Collector:
                 out.append({"gpu": g, "gi": None})
         return out
 
-    def _collect(self) -> str:
+    def _collect(self) -> list:
+        """[(name, type, help, rows)] in exposition order; a row is (entity, labels, attributes,
+        value text), rendered by ``render``."""
         gpus, st = self._gpus_and_state()
-        out = [f"# {c.SIM_NOTE}: dcgm-exporter {c.BUILD.get('exporter_tag', '')}".rstrip()]
         if gpus is None:
-            return "\n".join(out) + "\n"
+            return []
         samples = {g["index"]: c.gpu_sample(g, st) for g in gpus}
         entities = self._entities(gpus)
         base_ctx = {"driver": self.driver, "nvml": self.opts.get("nvml", "")}
@@ -306,11 +408,8 @@ class Collector:
             if lines:
                 families.append(((fid, name), name, typ, help_text, lines))
         # text/template ranges over the counters map in key order: FieldID first
-        for _key, name, typ, help_text, lines in sorted(families, key=lambda f: f[0]):
-            out.append(f"# HELP {name} {help_text}")
-            out.append(f"# TYPE {name} {typ}")
-            out.extend(lines)
-        return "\n".join(out) + "\n"
+        return [(name, typ, help_text, rows)
+                for _key, name, typ, help_text, rows in sorted(families, key=lambda f: f[0])]  # fmt: skip
 
     def _ctx(self, e: dict, samples: dict, base: dict) -> dict:
         s = samples[e["gpu"]["index"]]
@@ -357,7 +456,7 @@ class Collector:
                 text = c.XID_TEXT.get(code) if 0 <= code <= c.XID_TABLE_END else None
                 attrs = {"err_code": str(code), "err_msg": text or c.UNKNOWN_XID_TEXT}
             labels = self._label_values(e, samples, base, label_fields)
-            lines.append(f"{name}{self._labels(e, labels, attrs)} {_fmt(v, kind)}")
+            lines.append((e, labels, attrs, _fmt(v, kind)))
         return lines
 
     def _exporter_series(self, name: str, entities: list, samples: dict, st: dict, base: dict,
@@ -376,18 +475,16 @@ class Collector:
                         counts[int(ev["xid"])] = counts.get(int(ev["xid"]), 0) + 1
                 window = {"window_size_in_ms": str(win)}
                 if not counts:  # "Create metric with Zero value" (expcollector.go:101-104)
-                    lines.append(f"{name}{self._labels(e, {**labels, **window})} 0")
+                    lines.append((e, {**labels, **window}, None, "0"))
                 for xid, n in counts.items():
-                    extra = {**labels, **window, "xid": str(xid)}
-                    lines.append(f"{name}{self._labels(e, extra)} {n}")
+                    lines.append((e, {**labels, **window, "xid": str(xid)}, None, str(n)))
             elif name == "DCGM_EXP_CLOCK_EVENTS_COUNT":  # clock_events_collector.go
                 window = {"window_size_in_ms": str(self.opts["clock_window_ms"])}
                 active = [label for mask, label in CLOCK_EVENTS if s["clocks_event_reasons"] & mask]
                 if not active:
-                    lines.append(f"{name}{self._labels(e, {**labels, **window})} 0")
+                    lines.append((e, {**labels, **window}, None, "0"))
                 for label in active:
-                    extra = {**labels, **window, "clock_event": label}
-                    lines.append(f"{name}{self._labels(e, extra)} 1")
+                    lines.append((e, {**labels, **window, "clock_event": label}, None, "1"))
             elif name == "DCGM_EXP_GPU_HEALTH_STATUS":
                 # only GPU entities: the collector's group holds FE_GPUs (gpu_health_collector.go
                 # :242-244), so instances of a MIG GPU get no series
@@ -402,7 +499,7 @@ class Collector:
                 for watch in watches:
                     level, code = found.get(watch, ("Healthy", "DCGM_FR_OK"))
                     extra = {**labels, "health_watch": watch, "health_error_code": code}
-                    lines.append(f"{name}{self._labels(e, extra)} {HEALTH_VALUE[level]}")
+                    lines.append((e, extra, None, str(HEALTH_VALUE[level])))
             # DCGM_EXP_P2P_STATUS: accepted, not modelled (see the gpusim README)
         return lines
 
@@ -442,6 +539,7 @@ def _parse(argv: list) -> dict:
         "rbmn": False,
         "xid_window_ms": int(env.get("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", "300000")),
         "clock_window_ms": 300000,
+        "hpc_dir": env.get("DCGM_HPC_JOB_MAPPING_DIR", ""),
         "mode": "run",
     }
     takes = {"-f": "csv", "--collectors": "csv", "-a": "listen", "--address": "listen",
@@ -449,10 +547,10 @@ def _parse(argv: list) -> dict:
              "-r": "remote", "--remote-hostengine-info": "remote",
              "-x": "xid_window_ms", "--xid-count-window-size": "xid_window_ms",
              "--clock-events-count-window-size": "clock_window_ms",
-             "-d": "devices", "--devices": "devices"}  # fmt: skip
+             "-d": "devices", "--devices": "devices",
+             "--hpc-job-mapping-dir": "hpc_dir"}  # fmt: skip
     ignored_values = {"-s", "--switch-devices", "-p", "--cpu-devices", "-m",
-                      "--configmap-data", "--log-format", "--dcgm-log-level",
-                      "--hpc-job-mapping-dir"}  # fmt: skip
+                      "--configmap-data", "--log-format", "--dcgm-log-level"}  # fmt: skip
     flags = {"-n": "no_hostname", "--no-hostname": "no_hostname", "-o": "old_ns",
              "--use-old-namespace": "old_ns", "-rbmn": "rbmn",
              "--replace-blanks-in-model-name": "rbmn"}  # fmt: skip
@@ -570,10 +668,15 @@ def main(argv: list) -> int:
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                body, ctype = (
-                    collector.render().encode(),
-                    "text/plain; version=0.0.4; charset=utf-8",
-                )
+                try:
+                    body = collector.render().encode()
+                except HpcError as e:
+                    # server.go:310-319: logged, the error returned; the handler answers 500
+                    log("ERROR", "Failed to apply transformations on metrics", error=str(e),
+                        transformation="hpcMapper")  # fmt: skip
+                    self.send_error_text(500, "internal server error")
+                    return
+                ctype = "text/plain; version=0.0.4; charset=utf-8"
             elif path == "/health":
                 body, ctype = b"OK", "text/plain; charset=utf-8"
             elif path == "/":
@@ -586,6 +689,16 @@ def main(argv: list) -> int:
                 return
             self.send_response(200)
             self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def send_error_text(self, code: int, text: str) -> None:
+            """Go's http.Error: the text and a newline, as text/plain."""
+            body = f"{text}\n".encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("X-Content-Type-Options", "nosniff")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
