@@ -100,7 +100,42 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
     env.globals["alertmanager_config_document"] = jinja2.pass_context(
         lambda context: alertmanager_config.document(context.parent)
     )
+    # The grafana role: secrets generated on the controller (deployer/controller_secrets.py)
+    # and the dashboards and provisioning computed in Python (deployer/monitoring/dashboards/).
+    env.globals["controller_secret"] = _controller_secret
+    env.globals["gpumon_default_secrets_dir"] = _default_secrets_dir
+    env.globals["grafana_dashboard_uids"] = jinja2.pass_context(
+        lambda context: _dashboards().dashboard_uids(context.parent)
+    )
+    env.globals["grafana_dashboard_uids_retired"] = jinja2.pass_context(
+        lambda context: _dashboards().retired_uids(context.parent)
+    )
+    env.globals["grafana_dashboard_json"] = jinja2.pass_context(
+        lambda context, uid: _dashboards().dashboard_json(context.parent, uid)
+    )
+    env.globals["grafana_provisioning"] = jinja2.pass_context(
+        lambda context, kind: _dashboards().provisioning_document(context.parent, kind)
+    )
     return env
+
+
+def _controller_secret(path: str) -> str:
+    from deployer.controller_secrets import controller_secret
+
+    return controller_secret(path)
+
+
+def _default_secrets_dir() -> str:
+    from deployer.controller_secrets import default_dir
+
+    return default_dir()
+
+
+def _dashboards() -> Any:
+    # Imported on use: the SDK is only needed where a grafana host is planned.
+    from deployer.monitoring import dashboards
+
+    return dashboards
 
 
 def _template_line(exc: BaseException, filename: str, template: Any = None) -> int | None:
