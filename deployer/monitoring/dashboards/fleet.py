@@ -83,6 +83,7 @@ def build(q: Queries) -> db.Dashboard:
             "Alerts firing by severity",
             [Query(f"count by (severity) (ALERTS{{{q.firing()}}})", legend="{{severity}}")],
             limits=thresholds((None, ORANGE)),
+            no_value="0",
         ),
         width=4,
         height=5,

@@ -22,7 +22,8 @@ INSTANCE_LEGEND = "{{node}} GPU {{gpu}} {{GPU_I_PROFILE}} #{{GPU_I_ID}}"
 
 def build(q: Queries) -> db.Dashboard:
     profile, instance = q.scope.rules.mig_labels[:2]
-    sel = q.gpu(f'{profile}=~"$mig_profile"')
+    # GPU instances only (a GPU not in MIG mode has no profile), of the profiles chosen.
+    sel = q.gpu(f'{profile}!=""', f'{profile}=~"$mig_profile"')
     fb_used = f"{m('fb_used')}{{{sel}}}"
     fb_free = f"{m('fb_free')}{{{sel}}}"
     lay = Layout()

@@ -83,10 +83,13 @@ def build(q: Queries) -> db.Dashboard:
         )
     )
     power = [Query(q.per_gpu("power_usage"), legend=GPU_LEGEND)]
-    dashed: tuple[str, ...] = ()
+    dashed: list[str] = []
     if "power_limit" in dcgm_fields.FIELDS_BY_KEY:
-        power.append(Query(q.per_gpu("power_limit"), legend=GPU_LEGEND + " limit"))
-        dashed = (".* limit$",)
+        # The board limit is the same for a host's GPUs of one model: one line per host.
+        power.append(
+            Query(f"max by (cluster, node) ({q.per_gpu('power_limit')})", legend="{{node}} limit")
+        )
+        dashed = [f"{h} limit" for h in q.scope.fleet.gpu_hosts]
     lay.add(
         timeseries_panel(
             "Power vs limit",
@@ -184,7 +187,7 @@ def build(q: Queries) -> db.Dashboard:
                 Query(q.pcie_threshold_series(), legend="{{node}} alert threshold"),
             ],
             min_value=0,
-            dashed=(".* alert threshold$",),
+            dashed=[f"{h} alert threshold" for h in q.scope.fleet.gpu_hosts],
             description="GPUPCIeReplayRateHigh fires above the dashed line: "
             f"{r.pcie_replays_per_minute:g}/min by default"
             + "".join(f", {name} {limit:g}/min" for name, limit in r.pcie_replays_by_model)

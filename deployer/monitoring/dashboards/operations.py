@@ -68,14 +68,14 @@ def build(q: Queries) -> db.Dashboard:
             [
                 Query(q.recorded(GPU_MEMORY_TEMP), legend=GPU_LEGEND),
                 Query(
-                    f"max by (cluster, node, instance, gpu) "
+                    f"max by (cluster, node) "
                     f"({m('memory_max_op_temp')}{{{q.gpu()}}} > 0 < {r.ceiling:g}) - {r.memory_temp_margin:g}",
-                    legend=GPU_LEGEND + " alert threshold",
+                    legend="{{node}} alert threshold",
                 ),
             ],
             unit="celsius",
             limits=red_lines(None, r.memory_temp_critical),
-            dashed=(".* alert threshold$",),
+            dashed=[f"{h} alert threshold" for h in q.scope.fleet.gpu_hosts],
             description="Beside the die: HBM can overheat while the core looks normal. "
             "GPUMemoryTemperatureHigh fires at the GPU's own memory limit minus "
             f"{r.memory_temp_margin:g} °C (dashed) or {r.memory_temp_critical:g} °C (red line), "
@@ -199,7 +199,7 @@ def build(q: Queries) -> db.Dashboard:
                     legend="{{node}} expected",
                 ),
             ],
-            dashed=(".* expected$",),
+            dashed=[f"{h} expected" for h in q.scope.fleet.gpu_hosts],
             min_value=0,
             description="A GPU that fell off the bus leaves the reporting line below the "
             "expected one (GPUMissing).",

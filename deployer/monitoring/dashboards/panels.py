@@ -85,9 +85,9 @@ def timeseries_panel(
     max_value: float | None = None,
     dashed: Sequence[str] = (),
 ) -> timeseries.Panel:
-    """A time series; ``limits`` draws the alert thresholds as lines on the graph. Series whose
-    display name matches one of ``dashed`` (regexes) are drawn as red dashed lines (a threshold
-    computed per host)."""
+    """A time series; ``limits`` draws the alert thresholds as lines on the graph. The series
+    named in ``dashed`` (display names) are drawn as red dashed lines (a threshold computed per
+    host)."""
     p = (
         timeseries.Panel()
         .title(title)
@@ -120,9 +120,14 @@ def timeseries_panel(
         p = p.thresholds(limits).thresholds_style(
             cb.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.LINE)
         )
-    for pattern in dashed:
-        p = p.override_by_regexp(
-            pattern,
+    if dashed:
+        # byNames (options an object, as Grafana's published schema types a matcher's options;
+        # byRegexp's string would not validate): the display names, from the inventory's hosts.
+        p = p.with_override(
+            dm.MatcherConfig(
+                id_val="byNames",
+                options={"mode": "include", "names": list(dashed), "prefix": "", "readOnly": True},
+            ),
             [
                 dm.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": RED}),
                 dm.DynamicConfigValue(
@@ -140,6 +145,7 @@ def stat_panel(
     unit: str = "short",
     description: str = "",
     limits: db.ThresholdsConfig | None = None,
+    no_value: str | None = None,
 ) -> stat.Panel:
     p = (
         stat.Panel()
@@ -153,6 +159,8 @@ def stat_panel(
     )
     if description:
         p = p.description(description)
+    if no_value is not None:
+        p = p.no_value(no_value)
     return _with_targets(p, queries)
 
 
