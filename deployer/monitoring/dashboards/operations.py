@@ -227,10 +227,20 @@ def build(q: Queries) -> db.Dashboard:
         state_timeline_panel(
             "Alerts firing",
             [
+                # about one GPU, one host, the whole cluster (rule_pack.ALERT_SCOPES)
                 Query(
-                    f'max by (alertname, node, gpu) (ALERTS{{{q.firing()}, node=~"$node"}})',
-                    legend="{{alertname}} {{node}} {{gpu}}",
-                )
+                    f'max by (alertname, node, gpu) (ALERTS{{{q.firing()}, node=~"$node", gpu!=""}})',
+                    legend="{{alertname}} {{node}} GPU {{gpu}}",
+                ),
+                Query(
+                    f"max by (alertname, node) "
+                    f'(ALERTS{{{q.firing()}, node=~"$node", node!="", gpu=""}})',
+                    legend="{{alertname}} {{node}}",
+                ),
+                Query(
+                    f'max by (alertname) (ALERTS{{{q.firing()}, node=""}})',
+                    legend="{{alertname}}",
+                ),
             ],
             states=((1, "firing", RED),),
         ),

@@ -130,10 +130,13 @@ def _timeseries(ax: Any, panel: Mapping[str, Any], results: Sequence[Result]) ->
             if v is not None:
                 ax.axhline(v, color=_color(c), linewidth=1.2, linestyle="-")
     d = panel.get("fieldConfig", {}).get("defaults", {})
+    low, high = ax.get_ylim()
     if "min" in d:
-        ax.set_ylim(bottom=d["min"])
+        low = d["min"]
     if "max" in d:
-        ax.set_ylim(top=d["max"])
+        high = d["max"]
+    # a little room under the floor: a line at 0 (an idle GPU) stays visible above the axis
+    ax.set_ylim(low - 0.03 * ((high - low) or 1), high)
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M"))
     ax.grid(color=GRID, linewidth=0.5)
     ax.set_ylabel(_unit_label(panel), color=TEXT, fontsize=7)
@@ -200,7 +203,7 @@ def _table(ax: Any, panel: Mapping[str, Any], results: Sequence[Result]) -> None
             key = tuple(sorted(labels.items()))
             row = merged.setdefault(key, dict(labels))
             v = _last(s)
-            row[col] = "" if v is None else f"{v:.4g}"
+            row[col] = "" if v is None else _number(v)
             for k in [*labels, col]:
                 if k not in columns:
                     columns.append(k)
@@ -220,6 +223,10 @@ def _table(ax: Any, panel: Mapping[str, Any], results: Sequence[Result]) -> None
     if len(merged) > 14:
         ax.text(0.99, 0.01, f"{len(merged) - 14} more rows", color=TEXT, fontsize=6,
                 ha="right", transform=ax.transAxes)  # fmt: skip
+
+
+def _number(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
 
 
 def _mapping(panel: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
@@ -327,7 +334,9 @@ def render_dashboard(
     for n, panel in enumerate(panels, start=1):
         g = panel["gridPos"]
         fig = plt.figure(figsize=(max(g["w"] / 2, 6), max(g["h"] / 2, 2.5)), facecolor=BACKGROUND)
-        ax = fig.add_axes((0.08, 0.14, 0.62 if panel["type"] == "timeseries" else 0.88, 0.74))
+        left = 0.22 if panel["type"] == "state-timeline" else 0.08
+        width = 0.62 if panel["type"] == "timeseries" else 0.96 - left
+        ax = fig.add_axes((left, 0.14, width, 0.74))
         draw(ax, panel, by_panel.get(panel["title"], []), span)
         path = out / uid / f"{n:02d}-{_slug(panel['title'])}.png"
         fig.savefig(path, dpi=100, facecolor=BACKGROUND)
@@ -347,9 +356,11 @@ def render_dashboard(
             fig.text(g["x"] / 24 + 0.005, 1 - (top + g["y"] + 0.7) / height, panel.get("title", ""),
                      color=TEXT, fontsize=11, fontweight="bold")  # fmt: skip
             continue
-        left = g["x"] / 24 + 0.02 / 3
+        # room on the left for a state timeline's row names
+        inset = g["w"] / 24 * 0.12 if panel["type"] == "state-timeline" else 0.0
+        left = g["x"] / 24 + 0.03 + inset
         bottom = 1 - (top + g["y"] + g["h"]) / height + 0.35 / height
-        width = g["w"] / 24 * (0.72 if panel["type"] == "timeseries" else 0.93)
+        width = g["w"] / 24 * (0.72 if panel["type"] == "timeseries" else 0.93) - 0.02 - inset
         ax = fig.add_axes((left, bottom, width, (g["h"] - 1.1) / height))
         draw(ax, panel, by_panel.get(panel["title"], []), span)
     path = out / f"{uid}.png"
