@@ -290,28 +290,28 @@ def test_every_dashboard_round_trips_through_the_sdks_dashboard_model(built):
         assert again == d
 
 
-def published_schema() -> dict[str, Any]:
-    """Grafana 11.6's dashboard JSON schema as grafana-foundation-sdk publishes it
-    (jsonschema/dashboard.jsonschema.json of branch v11.6.x+cog-v0.0.x, commit aba721fd, the
-    source of the PyPI release 1769699379!11.6.0). No PyPI package ships it and the repository
-    vendors nothing fetched: the test reads it from ``$GPUMON_GRAFANA_DASHBOARD_SCHEMA`` or
-    ../shared/grafana/dashboard.jsonschema.json."""
+def schema_dir() -> Path:
+    """Grafana 11.6's JSON schemas as grafana-foundation-sdk publishes them: the files of
+    ``jsonschema/`` (dashboard.jsonschema.json and one per panel type) of its branch
+    v11.6.x+cog-v0.0.x at commit aba721fdefde7979d14dbd551a6ea0d4ed14599f, the source of the PyPI
+    release 1769699379!11.6.0 the dashboards are built with. No PyPI package ships them and the
+    repository vendors nothing fetched: the tests read them from ``$GPUMON_GRAFANA_SCHEMA_DIR``
+    or ../shared/grafana_schema/v11.6/."""
     import os
 
-    candidates = [os.environ.get("GPUMON_GRAFANA_DASHBOARD_SCHEMA", "")]
-    candidates.append(
-        str(Path(__file__).resolve().parents[3] / "shared/grafana/dashboard.jsonschema.json")
-    )
-    for c in candidates:
-        if c and Path(c).is_file():
-            return json.loads(Path(c).read_text())
-    pytest.skip("Grafana's dashboard JSON schema is not here (see published_schema's docstring)")
+    for c in (
+        os.environ.get("GPUMON_GRAFANA_SCHEMA_DIR", ""),
+        str(Path(__file__).resolve().parents[3] / "shared/grafana_schema/v11.6"),
+    ):
+        if c and (Path(c) / "dashboard.jsonschema.json").is_file():
+            return Path(c)
+    pytest.skip("Grafana's JSON schemas are not here (see schema_dir's docstring)")
 
 
 def test_every_dashboard_validates_against_grafanas_published_schema(built):
     import jsonschema
 
-    schema = published_schema()
+    schema = json.loads((schema_dir() / "dashboard.jsonschema.json").read_text())
     # The one allowance, the schema's own: the base threshold step's value is null in every
     # dashboard Grafana writes ("Nulls currently appear here when serializing -Infinity to
     # JSON", the schema's description of Threshold.value, which types it number only).
@@ -320,6 +320,32 @@ def test_every_dashboard_validates_against_grafanas_published_schema(built):
     for uid, d in built.items():
         errors = [f"{list(e.absolute_path)}: {e.message[:200]}" for e in validator.iter_errors(d)]
         assert errors == [], uid
+
+
+PANEL_SCHEMAS = {"timeseries": "timeseries", "stat": "stat", "heatmap": "heatmap", "table": "table",
+                 "state-timeline": "statetimeline", "bargauge": "bargauge"}  # fmt: skip
+
+
+def test_every_panels_options_and_field_config_validate_against_its_plugins_schema(built):
+    import jsonschema
+
+    where = schema_dir()
+    for uid, d in built.items():
+        for p in panels(d):
+            defs = json.loads((where / f"{PANEL_SCHEMAS[p['type']]}.jsonschema.json").read_text())[
+                "definitions"
+            ]
+            for name, data in (
+                ("Options", p.get("options", {})),
+                ("FieldConfig", p.get("fieldConfig", {}).get("defaults", {}).get("custom", {})),
+            ):
+                if name not in defs:
+                    continue
+                schema = {"definitions": defs, "$ref": f"#/definitions/{name}"}
+                errors = [
+                    e.message[:200] for e in jsonschema.Draft7Validator(schema).iter_errors(data)
+                ]
+                assert errors == [], (uid, p["title"], name)
 
 
 # ---------------------------------------------------------------- queries as Grafana sends them

@@ -201,7 +201,14 @@ def table_panel(
     hide: Sequence[str] = ("Time", "__name__", "job"),
 ) -> table.Panel:
     """Instant queries shown as one table (the queries' frames merged on their labels)."""
-    p = table.Panel().title(title).datasource(DATASOURCE).cell_height(common.TableCellHeight.SM)
+    p = (
+        table.Panel()
+        .title(title)
+        .datasource(DATASOURCE)
+        .cell_height(common.TableCellHeight.SM)
+        .align(common.FieldTextAlignment.AUTO)
+        .inspect(False)
+    )
     if description:
         p = p.description(description)
     p = p.with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
