@@ -220,6 +220,10 @@ _CATALOGUE: tuple[Field, ...] = (
        "Whether remapping of rows has failed", 395, _S41, "gpu", renamed="DCGM_FI_DEV_ROW_REMAP_FAILED"),
     _f("driver_version", "DCGM_FI_DRIVER_VERSION", "label", "Driver Version", 1, _S41, "system",
        renamed="DCGM_FI_SYSTEM_DRIVER_VERSION"),
+    # the board's power limit, for the dashboards' power-vs-limit panel (also in go-dcgm's
+    # dcgmFields at 7ac2f778d507 and ec245c09fe3e: gpu_reality_fixtures go-dcgm-field-names.json)
+    _f("power_limit", "DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge",
+       "Current power management limit of the device (in W).", 160, _SOTHER, "gpu"),
     # memory temperature limit the HBM alert compares against
     _f("memory_max_op_temp", "DCGM_FI_DEV_MEM_MAX_OP_TEMP", "gauge",
        "Maximum operating temperature for the memory of this GPU (in C).", 151, _SOTHER, "gpu",
@@ -447,6 +451,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "profiling": tuple(f.key for f in _CATALOGUE if f.metric.startswith("DCGM_FI_PROF_")),
     # the utilization signal of GPU instances (module docstring, dcgm_exporter_mig_utilization)
     "mig_utilization": ("gr_engine_active",),
+    # the power limit beside the power draw (the node dashboard's power-vs-limit panel)
+    "power_limit": ("power_limit",),
     "info_labels": ("nvml_version", "brand", "serial", "vbios_version", "inforom_image_version"),
 }
 
@@ -460,6 +466,7 @@ DEFAULT_GROUPS: tuple[str, ...] = (
     "ecc",
     "nvlink_errors",
     "clock_events",
+    "power_limit",
 )
 
 HEADER = (

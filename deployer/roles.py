@@ -23,6 +23,12 @@ from deployer.modules import MODULES
 from deployer.varformats import FORMATS
 from deployer.yamlsrc import SourceDict, load_yaml_file
 
+# The product's own site, roles and shared templates (the session's defaults).
+PRODUCT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SITE = PRODUCT_ROOT / "site.yml"
+DEFAULT_ROLES = PRODUCT_ROOT / "roles"
+SHARED_TEMPLATES = PRODUCT_ROOT / "templates"
+
 TASK_KEYWORDS = {"name", "when", "loop", "loop_var", "notify", "tags", "ha_peers"}
 HA_PEERS_KEYS = ("hosts", "url")
 # The keys of one option in meta/argument_specs.yml (Ansible's, plus format and allow_empty).

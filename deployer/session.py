@@ -31,12 +31,14 @@ from deployer.hostpattern import NoHostsMatched, select
 from deployer.plan import EMPTY, HostPlan, Planner
 from deployer.report import ConsoleReporter, write_json
 from deployer.results import RunReport
-from deployer.roles import Play, load_site
-
-PRODUCT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SITE = PRODUCT_ROOT / "site.yml"
-DEFAULT_ROLES = PRODUCT_ROOT / "roles"
-SHARED_TEMPLATES = PRODUCT_ROOT / "templates"
+from deployer.roles import (  # noqa: F401  (the session's defaults, read from here too)
+    DEFAULT_ROLES,
+    DEFAULT_SITE,
+    PRODUCT_ROOT,
+    SHARED_TEMPLATES,
+    Play,
+    load_site,
+)
 
 
 @dataclass

@@ -95,7 +95,48 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
     env.globals["alertmanager_config_document"] = jinja2.pass_context(
         lambda context: alertmanager_config.document(context.parent)
     )
+    # The grafana role: secrets generated on the controller (deployer/controller_secrets.py)
+    # and the dashboards and provisioning computed in Python (deployer/monitoring/dashboards/).
+    env.globals["controller_secret"] = _controller_secret
+    env.globals["gpumon_default_secrets_dir"] = _default_secrets_dir
+    # The dashboards read other roles' variables as a host sees them, rendered by this layer.
+    renderer = Renderer(env)
+
+    def view(context: jinja2.runtime.Context) -> RoleScopes:
+        return RoleScopes(context.parent, renderer)
+
+    env.globals["grafana_dashboard_uids"] = jinja2.pass_context(
+        lambda context: _dashboards().dashboard_uids(view(context))
+    )
+    env.globals["grafana_dashboard_uids_retired"] = jinja2.pass_context(
+        lambda context: _dashboards().retired_uids(view(context))
+    )
+    env.globals["grafana_dashboard_json"] = jinja2.pass_context(
+        lambda context, uid: _dashboards().dashboard_json(view(context), uid)
+    )
+    env.globals["grafana_provisioning"] = jinja2.pass_context(
+        lambda context, kind: _dashboards().provisioning_document(view(context), kind)
+    )
     return env
+
+
+def _controller_secret(path: str) -> str:
+    from deployer.controller_secrets import controller_secret
+
+    return controller_secret(path)
+
+
+def _default_secrets_dir() -> str:
+    from deployer.controller_secrets import default_dir
+
+    return default_dir()
+
+
+def _dashboards() -> Any:
+    # Imported on use: the SDK is only needed where a grafana host is planned.
+    from deployer.monitoring import dashboards
+
+    return dashboards
 
 
 def _template_line(exc: BaseException, filename: str, template: Any = None) -> int | None:
@@ -293,6 +334,11 @@ class TemplatedVars(Mapping[str, Any]):
         self._cache[key] = value
         return value
 
+    def sibling(self, raw: Mapping[str, Any], source: str) -> TemplatedVars:
+        """Other variables rendered as these are (the same renderer): another role's variables
+        as a host sees them (the grafana role reads the prometheus role's)."""
+        return TemplatedVars(raw, self._renderer, source=source)
+
     def __contains__(self, key: object) -> bool:
         return key in self._raw
 
@@ -301,6 +347,31 @@ class TemplatedVars(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._raw)
+
+
+class RoleScopes(Mapping[str, Any]):
+    """A template's variables, and ``sibling``: other variables (another role's, as this host
+    sees them) rendered the same way, lazily. What the dashboards are computed from
+    (``deployer/monitoring/dashboards/scope.py`` ``role_scope``), without importing this layer."""
+
+    def __init__(self, variables: Mapping[str, Any], renderer: Renderer) -> None:
+        self._variables = variables
+        self._renderer = renderer
+
+    def sibling(self, raw: Mapping[str, Any], source: str) -> TemplatedVars:
+        return TemplatedVars(raw, self._renderer, source=source)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._variables[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._variables
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._variables)
+
+    def __len__(self) -> int:
+        return len(self._variables)
 
 
 class RenderedOnUse(Mapping[str, Any]):

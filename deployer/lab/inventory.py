@@ -40,6 +40,9 @@ def inventory_data(
         entry.update((connection or {}).get(host.name, {}))
         if host.is_gpu:
             entry.update(gpu_model=host.gpu_model, gpu_count=host.gpu_count, nvswitch=host.nvswitch)
+            if host.mig is not None:
+                # The product's MIG host variable (the MIG dashboard is generated for it).
+                entry["gpu_mig"] = host.mig
         entry.update(host.vars)
         hosts[host.name] = entry
     children: dict[str, Any] = {}

@@ -167,12 +167,12 @@ LAYERS = [
     ["session"],
     ["executor", "hostsession", "owed", "report"],
     ["plan", "roles", "templating", "file_sd", "hostpattern", "inventory", "rule_pack",
-     "alertmanager_config"],
+     "alertmanager_config", "monitoring.dashboards"],  # dashboards: what the grafana templates render
     ["gpu"],
     ["modules", "results"],
     ["hostaccess", "boot", "facts", "connection"],
     ["errors", "secrets", "booleans", "varformats", "yamlsrc", "memory", "dcgm_fields",
-     "library_logs", "unsafe", "__init__"],
+     "library_logs", "unsafe", "controller_secrets", "__init__"],
 ]  # fmt: skip
 
 

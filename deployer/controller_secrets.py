@@ -1,0 +1,75 @@
+"""Secrets generated on the controller, kept there 0600: a role's password nobody chose.
+
+``controller_secret(path)`` returns the secret kept in ``path`` (a file of its own, one line),
+creating it at first use with 32 random URL-safe characters, in a directory created 0700; a file
+that others can read is refused rather than used. Every value returned is registered as a
+secret (``deployer/secrets.py``), so it is masked in every output. Like Ansible's
+``lookup('password', ...)``, the file is created when the plan is built, in check mode too, so a
+check run and the run after it agree on the value.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from deployer.errors import InputError
+from deployer.secrets import register_secret
+
+ENV = "GPUMON_SECRETS_DIR"
+LENGTH_BYTES = 24  # 32 URL-safe characters
+
+
+def default_dir() -> str:
+    """$GPUMON_SECRETS_DIR, else $XDG_STATE_HOME/gpumon-deploy/secrets."""
+    configured = os.environ.get(ENV)
+    if configured:
+        return configured
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(base) / "gpumon-deploy" / "secrets")
+
+
+def controller_secret(path: str | os.PathLike[str]) -> str:
+    p = Path(path).expanduser()
+    if not p.is_absolute():
+        raise InputError(f"secret file must be an absolute path, got {str(path)!r}")
+    try:
+        value = _read(p)
+    except FileNotFoundError:
+        value = _create(p)
+    register_secret(value)
+    return value
+
+
+def _read(p: Path) -> str:
+    fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_IMODE(mode) & 0o077:
+            raise InputError(
+                f"{p} is readable by others (mode {stat.S_IMODE(mode):04o}): "
+                f"chmod 600 {p} (or delete it to have a new secret generated)"
+            )
+        value = os.read(fd, 4096).decode("utf-8").strip()
+    finally:
+        os.close(fd)
+    if not value:
+        raise InputError(f"{p} is empty: delete it to have a new secret generated")
+    return value
+
+
+def _create(p: Path) -> str:
+    p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    value = secrets.token_urlsafe(LENGTH_BYTES)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:  # another run created it meanwhile: use that one
+        return _read(p)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, (value + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
+    return value

@@ -1,0 +1,1 @@
+"""The monitoring tier's own Python: what the product shows about the stack (dashboards)."""

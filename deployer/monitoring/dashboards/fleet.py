@@ -1,0 +1,175 @@
+"""Fleet overview (for managers): GPUs healthy against the inventory, utilization and power per
+cluster and GPU model, the alerts firing and the silences in force."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as db
+
+from deployer.monitoring.dashboards.common import TAGS, alert_annotations, gpu_variables
+from deployer.monitoring.dashboards.panels import (
+    GREEN,
+    ORANGE,
+    RED,
+    Layout,
+    Query,
+    bargauge_panel,
+    stat_panel,
+    table_panel,
+    thresholds,
+    timeseries_panel,
+)
+from deployer.monitoring.dashboards.promql import GPU_POWER, GPU_UTIL, Queries
+
+UID = "gpumon-fleet"
+
+
+def build(q: Queries) -> db.Dashboard:
+    r = q.scope.rules
+    model = q.model
+    reporting = f"count({q.recorded(GPU_POWER)})"
+    alerting_gpus = f'ALERTS{{{q.firing()}, gpu!=""}}'
+    lay = Layout()
+    lay.row("Health")
+    lay.add(
+        stat_panel(
+            "GPUs healthy",
+            [
+                Query(
+                    f"count({q.recorded(GPU_POWER)} unless on (instance, gpu) {alerting_gpus})"
+                    " or vector(0)"
+                )
+            ],
+            description="GPUs reporting to Prometheus with no alert of the rule pack firing for "
+            "them.",
+        ),
+        width=4,
+        height=5,
+    )
+    lay.add(
+        stat_panel(
+            "GPUs in the inventory",
+            [
+                Query(
+                    f'sum(gpumon_expected_gpus{{job="{r.job_node}", cluster=~"$cluster", '
+                    'node=~"$node"})'
+                )
+            ],
+            description="gpumon_expected_gpus of every GPU node (the inventory's gpu_count, "
+            "written by node_exporter's textfile collector).",
+        ),
+        width=4,
+        height=5,
+    )
+    lay.add(
+        stat_panel(
+            "GPUs reporting",
+            [Query(f"{reporting} or vector(0)")],
+            description="Physical GPUs with a power reading (a GPU in MIG mode counts once).",
+        ),
+        width=4,
+        height=5,
+    )
+    lay.add(
+        stat_panel(
+            "GPU alerts firing",
+            [Query(f"count({alerting_gpus}) or vector(0)")],
+            limits=thresholds((None, GREEN), (1, RED)),
+        ),
+        width=4,
+        height=5,
+    )
+    lay.add(
+        stat_panel(
+            "Alerts firing by severity",
+            [Query(f"count by (severity) (ALERTS{{{q.firing()}}})", legend="{{severity}}")],
+            limits=thresholds((None, ORANGE)),
+            no_value="0",
+        ),
+        width=4,
+        height=5,
+    )
+    lay.add(
+        stat_panel(
+            "Silences in force",
+            [Query(f"max({q.silences_active()}) or vector(0)")],
+            description="Active silences on the Alertmanager cluster (every peer holds the same "
+            "set; a rolling driver upgrade silences each host it takes out).",
+            limits=thresholds((None, GREEN), (1, ORANGE)),
+        ),
+        width=4,
+        height=5,
+    )
+    lay.row("Utilization and power")
+    lay.add(
+        timeseries_panel(
+            "GPU utilization by cluster and model",
+            [
+                Query(
+                    f"avg by (cluster, {model}) ({q.recorded(GPU_UTIL)})",
+                    legend=f"{{{{cluster}}}} {{{{{model}}}}}",
+                )
+            ],
+            unit="percent",
+            min_value=0,
+            max_value=100,
+        )
+    )
+    lay.add(
+        timeseries_panel(
+            "GPU power by cluster and model",
+            [
+                Query(
+                    f"sum by (cluster, {model}) ({q.recorded(GPU_POWER)})",
+                    legend=f"{{{{cluster}}}} {{{{{model}}}}}",
+                )
+            ],
+            unit="watt",
+            min_value=0,
+        )
+    )
+    lay.add(
+        bargauge_panel(
+            "GPU utilization now, by model",
+            [
+                Query(
+                    f"avg by ({model}) ({q.recorded(GPU_UTIL)})",
+                    legend=f"{{{{{model}}}}}",
+                    instant=True,
+                )
+            ],
+            unit="percent",
+            min_value=0,
+            max_value=100,
+        ),
+        width=8,
+    )
+    lay.add(
+        table_panel(
+            "Alerts firing",
+            [
+                Query(
+                    f"max by (alertname, severity, cluster, node, gpu) (ALERTS{{{q.firing()}}})",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            hide=("Time", "Value"),
+        ),
+        width=16,
+    )
+    dash = (
+        db.Dashboard("GPU fleet overview")
+        .uid(UID)
+        .description(
+            "Managers' view: GPUs healthy against the inventory, utilization and power "
+            "per cluster and model, alerts and silences. Generated by gpumon-deploy."
+        )
+        .tags([*TAGS, "fleet"])
+        .readonly()
+        .time("now-24h", "now")
+        .refresh("1m")
+        .timezone("browser")
+        .variables(gpu_variables(q))
+        .annotations(alert_annotations(q))
+    )
+    return lay.apply(dash)
