@@ -18,7 +18,7 @@ import jinja2
 import yaml
 from jinja2 import StrictUndefined
 
-from deployer import file_sd
+from deployer import file_sd, remote_write
 from deployer.errors import InputError
 
 _WHOLE_EXPR = re.compile(r"^\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\Z", re.S)
@@ -82,6 +82,10 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
     # The prometheus role's targets files (file_sd.json.j2) come from deployer/file_sd.py itself.
     env.globals["file_sd_targets_file"] = jinja2.pass_context(
         lambda context, job: file_sd.targets_file(context.parent, job)
+    )
+    # Its remote_write section (prometheus.yml.j2) from deployer/remote_write.py.
+    env.globals["remote_write_section"] = jinja2.pass_context(
+        lambda context: remote_write.remote_write_section(context.parent)
     )
     return env
 

@@ -18,8 +18,8 @@ from deployer.errors import InputError
 from deployer.yamlsrc import SourceDict, load_yaml_file
 
 DEFAULT_TOPOLOGY = Path(__file__).with_name("topologies") / "default.yml"
-KNOWN_GROUPS = ("gpu", "prometheus", "alertmanager", "thanos_query")
-MONITORING_GROUPS = ("prometheus", "alertmanager", "thanos_query")
+KNOWN_GROUPS = ("gpu", "prometheus", "alertmanager", "thanos_query", "metrics_store")
+MONITORING_GROUPS = ("prometheus", "alertmanager", "thanos_query", "metrics_store")
 GPU_MODELS = ("H100", "H200", "A100", "V100", "B200", "GH200", "L40S", "L4", "T4", "A10")
 HOST_VARS = ("cluster", "rack", "slurm_partition", "scrape_tier")
 # Host names become veth names (``vb-<name>``, 15 characters at most) and hostnames.
