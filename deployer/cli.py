@@ -379,6 +379,7 @@ def _register_subcommands() -> None:
     from deployer.lab.cli import lab
 
     cli.add_command(lab)
+    cli.add_command(__import__("deployer.restore", fromlist=["command"]).command())
 
 
 def main() -> None:
