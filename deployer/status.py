@@ -82,6 +82,7 @@ class StackExpectation:
     thanos_sidecars: list[Endpoint] = field(default_factory=list)
     thanos_queries: list[Endpoint] = field(default_factory=list)
     thanos_stores: list[str] = field(default_factory=list)  # sidecar gRPC host:port
+    store: Any = None  # deployer/status_store.py: long-term store, remote write, global view
 
 
 @dataclass(frozen=True)
@@ -319,7 +320,9 @@ def check_alertmanager(exp: StackExpectation, peer: Peer, fetch: Fetch) -> list[
     ]
 
 
-def collect(exp: StackExpectation, fetch: Fetch, *, workers: int = 16) -> list[Check]:
+def collect(
+    exp: StackExpectation, fetch: Fetch, *, workers: int = 16, store_fetch: Any = None
+) -> list[Check]:
     """Every check of the running stack, in table order."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
         replica_jobs = [pool.submit(check_replica, exp, r, fetch) for r in exp.replicas]
@@ -356,6 +359,9 @@ def collect(exp: StackExpectation, fetch: Fetch, *, workers: int = 16) -> list[C
             checks.append(Check(kind, e.host, "ready", ok, why or f"{e.url}/-/ready"))
             if ok and kind == "thanos query":
                 checks.append(check_query_stores(exp, e, fetch))
+    from deployer import status_store
+
+    checks.extend(status_store.collect(exp.store, store_fetch or status_store.http_fetch))
     return checks
 
 
@@ -506,6 +512,9 @@ def load_expectation(
     exp = expect(
         variables_of("prometheus"), variables_of("alertmanager"), variables_of("thanos_query")
     )
+    from deployer import status_store
+
+    exp.store = status_store.expect(variables_of)
     if not exp.replicas and not exp.alertmanagers:
         raise InputError(
             "no host of the inventory is in a Prometheus or Alertmanager play of the site: "
