@@ -267,6 +267,9 @@ class Lab:
 
     def _start_s3(self, topology: Topology) -> dict[str, str]:
         """The S3 server for the store's backups (deployer/lab/s3.py); its inventory vars."""
+        if not topology.group("metrics_store"):
+            s3.shutdown(self.dir)
+            return {}
         if not s3.available():
             self._echo("moto[server] is not installed: no S3 server, backups not configured")
             return {}
