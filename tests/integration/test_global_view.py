@@ -22,6 +22,7 @@ import base64
 import functools
 import json
 import os
+import re
 import secrets
 import time
 import urllib.parse
@@ -305,6 +306,13 @@ def test_store_restored_from_the_bucket_has_the_series_of_the_last_backup(
     assert api(base, "/api/v1/query", headers, query=query)[0]["value"][1] == str(total)
 
     ssh_ok(deployed, "mon01", "systemctl start gpumon-vmbackup.service", timeout=600)
+    # Incremental: a second backup right after the first uploads only what changed since.
+    ssh_ok(deployed, "mon01", "systemctl start gpumon-vmbackup.service", timeout=600)
+    journal = ssh_ok(deployed, "mon01", "journalctl -u gpumon-vmbackup -o cat --no-pager")
+    done = [ln for ln in journal.splitlines() if "is complete; backed up" in ln][-1]
+    backed_up = int(re.search(r"backed up (\d+) bytes", done).group(1))
+    uploaded = int(re.search(r"uploaded (\d+) bytes", done).group(1))
+    assert 0 <= uploaded < backed_up, done
     topo = deployed.topology
     assert topo is not None
     creds = s3.credentials(deployed.dir)
@@ -336,6 +344,34 @@ def test_store_restored_from_the_bucket_has_the_series_of_the_last_backup(
         every=5,
     )
     assert store_checks(report)
+
+
+def test_archive_install_serves_the_same_store(
+    deployed: Lab, credentials: dict[str, str], extra: list[str]
+) -> None:
+    """The upstream archives (the lab mirror repacks Debian's binaries in VictoriaMetrics' own
+    release layout, checksums files included) replace the package's binaries on the same data."""
+    inv = str(deployed.inventory_path)
+    archive = ["-e", "victoriametrics_install=archive"]
+    try:
+        proc = record("up archive", gpumon("up", "-i", inv, "--limit", "mon01", *extra, *archive))
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        running = ssh_ok(deployed, "mon01", "systemctl show -p ExecStart victoria-metrics.service")
+        assert "path=/usr/local/bin/victoria-metrics " in running, running
+        target = ssh_ok(deployed, "mon01", "readlink -f /usr/local/bin/victoria-metrics").strip()
+        assert target == "/opt/victoriametrics/1.79.5/server/victoria-metrics-prod"
+        report = wait_until(
+            "store checks green on the archive install",
+            lambda: (r := status(deployed, extra)) and all(c["ok"] for c in store_checks(r)) and r,
+            180,
+            every=5,
+        )
+        assert any(c["component"] == "global view" for c in store_checks(report))
+    finally:
+        proc = record("up package", gpumon("up", "-i", inv, "--limit", "mon01", *extra))
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    running = ssh_ok(deployed, "mon01", "systemctl show -p ExecStart victoria-metrics.service")
+    assert "path=/usr/bin/victoria-metrics " in running
 
 
 # ---------------------------------------------------------------- secrets

@@ -194,7 +194,7 @@ def test_archive_install_verifies_both_upstream_archives_against_their_checksums
     assert utils["url"] == f"{base}/vmutils-linux-amd64-v1.79.5.tar.gz"
     unit = task(planned, "mon01", "victoriametrics", "victoria-metrics hardened unit").args
     assert exec_flags(unit["content"])[0] == "/usr/local/bin/victoria-metrics"
-    assert "User=victoriametrics" in unit["content"]
+    assert "User=_victoria-metrics" in unit["content"]
     assert "victoriametrics system user" in names(planned, "mon01")
 
 
