@@ -248,6 +248,10 @@ def test_no_gap_in_the_global_view_while_one_replica_is_down_two_minutes(
     # The stopped replica's own data has the gap this test would have seen.
     _, own = steps_with_every_gpu(prom01, {}, node, gpus, stopped + 30, started - 30)
     assert len(own) >= 4, own
+    print(
+        f"replica down {started - stopped:.0f}s: global view {steps - len(missing)}/{steps} steps "
+        f"with all {gpus} GPUs of {node}; the stopped replica itself missed {len(own)} steps"
+    )
 
 
 def test_replicas_replay_a_store_outage_from_their_wal(
@@ -290,6 +294,7 @@ def test_replicas_replay_a_store_outage_from_their_wal(
         store_url(deployed), headers, node, gpus, down - 15, up_again
     )
     assert missing == [], f"{len(missing)}/{steps} steps of the outage not replayed"
+    print(f"store down {up_again - down:.0f}s: {steps}/{steps} steps of {node} replayed")
 
 
 # ---------------------------------------------------------------- disaster recovery
@@ -329,8 +334,13 @@ def test_store_restored_from_the_bucket_has_the_series_of_the_last_backup(
     wait_until("empty store up", lambda: http_fetch(f"{base}/health", {}).status == 200, 60)
     assert api(base, "/api/v1/query", headers, query=query) == []
 
+    began = time.monotonic()
     proc = record("restore", gpumon("restore", "-i", str(deployed.inventory_path), *extra, "--yes"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    print(
+        f"backup: {backed_up} bytes, second backup uploaded {uploaded}; "
+        f"restore {time.monotonic() - began:.1f}s; {len(keys)} objects in the bucket"
+    )
     back = wait_until(
         "the backup's series back",
         lambda: api(base, "/api/v1/query", headers, query=query),
