@@ -35,6 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from deployer import file_sd, remote_write
 from deployer.status import HTTP_TIMEOUT_S, Check, Response
 
@@ -202,17 +204,45 @@ def check_store(exp: StoreExpectation, store: Store, fetch: Fetch) -> list[Check
     r = fetch(f"{store.url}/flags", {})
     flags = dict(re.findall(r'^-([\w.]+)="(.*)"$', r.body, re.M)) if r.status == 200 else {}
     dedup = flags.get("dedup.minScrapeInterval")
-    ok = dedup is not None and _same_duration(dedup, store.dedup_interval)
-    detail = (
-        f"dedup.minScrapeInterval={dedup} (replicas scrape every {exp.scrape_interval}), "
-        f"retentionPeriod={flags.get('retentionPeriod')}"
-        if dedup is not None
-        else f"no dedup.minScrapeInterval in {store.url}/flags"
-    )
-    if dedup is not None and not ok:
-        detail = f"dedup.minScrapeInterval={dedup}, the inventory says {store.dedup_interval}"
+    loaded = _loaded_intervals(exp, fetch)
+    if dedup is None:
+        ok, detail = False, f"no dedup.minScrapeInterval in {store.url}/flags"
+    elif not _same_duration(dedup, store.dedup_interval):
+        ok, detail = (
+            False,
+            f"dedup.minScrapeInterval={dedup}, the inventory says {store.dedup_interval}",
+        )
+    elif other := {h: i for h, i in loaded.items() if not _same_duration(i, store.dedup_interval)}:
+        # The inventory's interval never reached the replicas (a refused config, a failed run).
+        running = ", ".join(f"{h} {i}" for h, i in sorted(other.items()))
+        ok, detail = (
+            False,
+            f"dedup.minScrapeInterval={dedup} but the replicas scrape every: {running}",
+        )
+    else:
+        every = ", ".join(sorted(set(loaded.values()))) or exp.scrape_interval
+        ok = True
+        detail = (
+            f"dedup.minScrapeInterval={dedup} (replicas scrape every {every}), "
+            f"retentionPeriod={flags.get('retentionPeriod')}"
+        )
     checks.append(Check(comp, store.host, "deduplicates the pair", ok, detail))
     return checks
+
+
+def _loaded_intervals(exp: StoreExpectation, fetch: Fetch) -> dict[str, str]:
+    """Each answering replica's global scrape_interval, from the config it has loaded."""
+    out = {}
+    for w in exp.writers:
+        data, err = _json(fetch, f"{w.url}/api/v1/status/config", {})
+        if err is not None or not isinstance(data, dict):
+            continue  # a replica that does not answer has its own failed rows
+        try:
+            loaded = yaml.safe_load(data["data"]["yaml"]) or {}
+            out[w.host] = str((loaded.get("global") or {})["scrape_interval"])
+        except (KeyError, TypeError, yaml.YAMLError):
+            continue
+    return out
 
 
 def _same_duration(a: str, b: str) -> bool:

@@ -63,6 +63,11 @@ def vector(*rows: tuple[dict[str, str], str]) -> str:
     )
 
 
+def loaded_config(interval: str) -> str:
+    text = f"global:\n  scrape_interval: {interval}\n  external_labels: {{cluster: lab}}\n"
+    return json.dumps({"status": "success", "data": {"yaml": text}})
+
+
 GOOD_GPUS = vector(
     ({"node": "gpu01", "UUID": "GPU-a"}, "1"),
     ({"node": "gpu01", "UUID": "GPU-b"}, "1"),
@@ -94,6 +99,8 @@ def healthy_stack(**over: Response) -> Canned:
             200,
             '-dedup.minScrapeInterval="15s"\n-retentionPeriod="1y"\n-httpAuth.password="secret"\n',
         ),
+        "10.0.0.1:9090/api/v1/status/config": Response(200, loaded_config("15s")),
+        "10.0.0.2:9090/api/v1/status/config": Response(200, loaded_config("15s")),
         "10.0.0.1:9090/metrics": Response(200, replica_metrics(2_000.0, 1_995.0)),
         "10.0.0.2:9090/metrics": Response(200, replica_metrics(2_000.0, 1_990.0)),
         "10.0.0.5:8428/api/v1/query?vector(1)": Response(200, vector(({}, "1"))),
@@ -312,3 +319,16 @@ def test_metrics_text_is_parsed_with_labels():
     assert got[0] == ("a_total", {"url": "http://x/y", "remote_name": "s"}, 3.0)
     assert got[1] == ("b", {}, 1.5e9)
     assert got[2][0] == "c"
+
+
+def test_a_store_deduplicating_at_an_interval_the_replicas_do_not_run_fails():
+    # the inventory says 5s and the store runs it, but a replica refused that config
+    exp = expectation(stores=[ss.Store("mon01", "http://10.0.0.5:8428", "5s", "1y")])
+    fetch = healthy_stack(
+        **{
+            "10.0.0.5:8428/flags": Response(200, '-dedup.minScrapeInterval="5s"\n'),
+            "10.0.0.2:9090/api/v1/status/config": Response(200, loaded_config("5s")),
+        }
+    )
+    bad = by_check(ss.collect(exp, fetch))[("metrics store", "mon01", "deduplicates the pair")]
+    assert not bad.ok and bad.detail.endswith("the replicas scrape every: prom01 15s")
