@@ -76,6 +76,7 @@ class StoreExpectation:
     clusters: set[str] = field(default_factory=set)
     headers: dict[str, str] = field(default_factory=dict)  # store credentials (never shown)
     scrape_interval: str = ""
+    backups: dict[str, float] = field(default_factory=dict)  # store host -> interval, seconds
 
     @property
     def active(self) -> bool:
@@ -99,6 +100,8 @@ def expect(variables_of: VariablesOf) -> StoreExpectation:
                 retention=str(v["victoriametrics_retention_period"]),
             )
         )
+        if file_sd.truthy(v["victoriametrics_backup_enabled"]):
+            exp.backups[host] = timespan_seconds(v["victoriametrics_backup_interval"])
     first = next(iter(prom_vars.values()), None)
     if first is None:
         return exp
@@ -161,6 +164,42 @@ def _global_view(
         return "victoriametrics", ""
     host = next(iter(stores))
     return "victoriametrics", remote_write.store_base_url(prom, host)
+
+
+_TIMESPAN = re.compile(
+    r"(\d+)\s*(us|ms|seconds|second|sec|s|minutes|minute|min|m|hours|hour|hr|h|days|day|d|weeks|week|w)?"
+)
+_SPAN_UNITS = {
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1,
+    "sec": 1,
+    "second": 1,
+    "seconds": 1,
+    "m": 60,
+    "min": 60,
+    "minute": 60,
+    "minutes": 60,
+    "h": 3600,
+    "hr": 3600,
+    "hour": 3600,
+    "hours": 3600,
+    "d": 86400,
+    "day": 86400,
+    "days": 86400,
+    "w": 604800,
+    "week": 604800,
+    "weeks": 604800,
+}
+
+
+def timespan_seconds(span: Any) -> float:
+    """A systemd time span (``1h``, ``30min``, ``1h 30min``, ``3600``) in seconds."""
+    text = str(span).strip()
+    parts = _TIMESPAN.findall(text)
+    if not parts or not re.fullmatch(r"(\s*\d+\s*[a-z]*)+\s*", text):
+        raise ValueError(f"not a systemd time span: {span!r}")
+    return sum(int(n) * _SPAN_UNITS[u or "s"] for n, u in parts)
 
 
 # ---------------------------------------------------------------- the checks
@@ -378,6 +417,51 @@ def check_global_view(exp: StoreExpectation, fetch: Fetch) -> list[Check]:
     return checks
 
 
+BACKUP_METRIC = "gpumon_vmbackup_last_success_timestamp_seconds"
+# A backup may be late by this much beyond two intervals (the timer's random delay, its run).
+BACKUP_GRACE_S = 600.0
+
+
+def check_backup(
+    exp: StoreExpectation, host: str, interval: float, fetch: Fetch, now: float | None = None
+) -> list[Check]:
+    """The store's last successful backup, from its node_exporter (textfile collector, written
+    by gpumon-vmbackup.service), as a replica scraped it."""
+    comp, name = "metrics store", "backed up"
+    now = now or time.time()
+    for w in exp.writers:
+        last, err = query(fetch, w.url, f'{BACKUP_METRIC}{{node="{host}"}}', {})
+        if err is not None:
+            continue  # this replica does not answer: its own rows say so; ask the next
+        every = _span(interval)
+        if last:
+            age = now - float(last[0]["value"][1])
+            ok = age <= 2 * interval + BACKUP_GRACE_S
+            detail = f"last backup {_span(age)} ago (every {every})"
+            if not ok:
+                detail = f"last backup {_span(age)} ago, more than twice the interval ({every})"
+            return [Check(comp, host, name, ok, detail)]
+        started, _ = query(
+            fetch, w.url, f'process_start_time_seconds{{job="victoriametrics",node="{host}"}}', {}
+        )
+        up_for = now - float(started[0]["value"][1]) if started else None
+        if up_for is not None and up_for <= interval + BACKUP_GRACE_S:
+            detail = f"no backup yet: the first runs one interval ({every}) after the timer starts"
+            return [Check(comp, host, name, True, detail)]
+        since = f" in the {_span(up_for)} the store has run" if up_for is not None else ""
+        return [Check(comp, host, name, False, f"no successful backup{since} (every {every})")]
+    return []
+
+
+def _span(seconds_: float) -> str:
+    s_ = int(seconds_)
+    if s_ < 120:
+        return f"{s_}s"
+    if s_ < 7200:
+        return f"{s_ // 60}m"
+    return f"{s_ // 3600}h{(s_ % 3600) // 60:02d}m"
+
+
 def collect(exp: StoreExpectation | None, fetch: Fetch, *, workers: int = 8) -> list[Check]:
     """Every check of the store, the remote writes and the global view, in table order."""
     if exp is None or not exp.active:
@@ -386,7 +470,9 @@ def collect(exp: StoreExpectation | None, fetch: Fetch, *, workers: int = 8) -> 
         stores = [pool.submit(check_store, exp, s, fetch) for s in exp.stores]
         writers = [pool.submit(check_writer, exp, w, fetch) for w in exp.writers]
         view = pool.submit(check_global_view, exp, fetch) if exp.view != "none" else None
+        backups = [pool.submit(check_backup, exp, h, i, fetch) for h, i in exp.backups.items()]
         checks = [c for j in stores for c in j.result()]
+        checks += [c for j in backups for c in j.result()]
         checks += [c for j in writers for c in j.result()]
         if view is not None:
             checks += view.result()

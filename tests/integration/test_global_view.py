@@ -318,6 +318,17 @@ def test_store_restored_from_the_bucket_has_the_series_of_the_last_backup(
     backed_up = int(re.search(r"backed up (\d+) bytes", done).group(1))
     uploaded = int(re.search(r"uploaded (\d+) bytes", done).group(1))
     assert 0 <= uploaded < backed_up, done
+    # status sees the backup (its time via node_exporter's textfile collector on the store host)
+    wait_until(
+        "status: the store backed up",
+        lambda: [
+            c
+            for c in store_checks(status(deployed, extra))
+            if c["check"] == "backed up" and c["ok"] and c["detail"].startswith("last backup")
+        ],
+        90,
+        every=5,
+    )
     topo = deployed.topology
     assert topo is not None
     creds = s3.credentials(deployed.dir)

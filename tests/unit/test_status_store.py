@@ -261,6 +261,8 @@ def variables_of_for(**prom_over: Any):
         "metrics_store_port": 8428,
         "victoriametrics_dedup_min_scrape_interval": "15s",
         "victoriametrics_retention_period": "1y",
+        "victoriametrics_backup_enabled": "True",
+        "victoriametrics_backup_interval": "1h 30min",
     }
     query = {"ansible_host": "10.0.0.9", "thanos_active": False, "thanos_query_http_port": 19192}
 
@@ -285,6 +287,7 @@ def test_expectation_from_the_roles_variables():
     assert exp.clusters == {"c1", "pair"}
     assert (exp.view, exp.view_url) == ("victoriametrics", "http://10.0.0.5:8428")
     assert exp.headers == {}
+    assert exp.backups == {"mon01": 5400}
 
 
 def test_auto_prefers_thanos_query_where_thanos_runs():
@@ -332,3 +335,43 @@ def test_a_store_deduplicating_at_an_interval_the_replicas_do_not_run_fails():
     )
     bad = by_check(ss.collect(exp, fetch))[("metrics store", "mon01", "deduplicates the pair")]
     assert not bad.ok and bad.detail.endswith("the replicas scrape every: prom01 15s")
+
+
+# ---------------------------------------------------------------- backups
+
+
+def backup_answers(last: float | None, started: float = 0.0) -> Canned:
+    q_last = f'10.0.0.1:9090/api/v1/query?{ss.BACKUP_METRIC}{{node="mon01"}}'
+    q_start = (
+        '10.0.0.1:9090/api/v1/query?process_start_time_seconds{job="victoriametrics",node="mon01"}'
+    )
+    return Canned(
+        {
+            q_last: Response(200, vector(*([({}, str(last))] if last is not None else []))),
+            q_start: Response(200, vector(({}, str(started)))),
+        }
+    )
+
+
+def test_a_recent_backup_is_green():
+    got = ss.check_backup(expectation(), "mon01", 3600, backup_answers(10_000), now=10_600)
+    assert got[0].ok and got[0].detail == "last backup 10m ago (every 60m)"
+
+
+def test_a_backup_older_than_two_intervals_fails():
+    got = ss.check_backup(expectation(), "mon01", 3600, backup_answers(0), now=9 * 3600)
+    assert not got[0].ok and "more than twice the interval" in got[0].detail
+
+
+def test_no_backup_yet_is_green_only_during_the_first_interval():
+    young = ss.check_backup(expectation(), "mon01", 3600, backup_answers(None, 0), now=1_800)
+    assert young[0].ok and young[0].detail.startswith("no backup yet")
+    old = ss.check_backup(expectation(), "mon01", 3600, backup_answers(None, 0), now=5 * 3600)
+    assert not old[0].ok and old[0].detail.startswith("no successful backup in the 5h00m")
+
+
+@pytest.mark.parametrize(
+    ("span", "want"), [("1h", 3600), ("30min", 1800), ("1h 30min", 5400), ("90", 90)]
+)
+def test_backup_interval_is_read_as_systemd_reads_it(span, want):
+    assert ss.timespan_seconds(span) == want

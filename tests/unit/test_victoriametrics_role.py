@@ -261,6 +261,14 @@ def test_s3_keys_and_store_credentials_for_the_backup_are_0600_for_the_store_use
     assert 'user = "writer:Pa55\\"w\\\\rd-secret"' in curl.args["content"]
 
 
+def test_a_successful_backup_records_its_time_for_node_exporter(secured):
+    service = task(secured, "mon01", "victoriametrics", "backup service").args["content"]
+    assert "ExecStartPost=+/usr/local/sbin/gpumon-vmbackup-done" in service
+    done = task(secured, "mon01", "victoriametrics", "backup success recorder").args["content"]
+    assert "dir=/var/lib/node_exporter/textfile_collector" in done
+    assert "gpumon_vmbackup_last_success_timestamp_seconds" in done
+
+
 def test_backup_timer_is_monotonic_so_a_new_store_waits_an_interval(secured):
     timer = task(secured, "mon01", "victoriametrics", "backup timer").args["content"]
     assert "OnActiveSec=1h" in timer and "OnUnitInactiveSec=1h" in timer
