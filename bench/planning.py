@@ -158,6 +158,13 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     rendered = {job: file_sd.render(g) for job, g in groups.items()}
     stage("file_sd_generation", t)
 
+    # The replicas' remote_write section: queue sized from every target (deployer/remote_write.py).
+    t = start()
+    from deployer import remote_write
+
+    queue = remote_write.queue_config(prom_vars, remote_write.samples_per_second(prom_vars))
+    stage("remote_write_sizing", t)
+
     _, peak = _rss_mib()
     return {
         "hosts": len(hosts),
@@ -165,6 +172,7 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
         "refusals": len(refused),
         "file_sd_targets": {job: len(g) for job, g in groups.items()},
         "file_sd_bytes": sum(len(t) for t in rendered.values()),
+        "remote_write_queue": queue,
         "inventory_bytes": path.stat().st_size,
         "stages": stages,
         "total_s": round(sum(s["s"] for s in stages.values() if s is not stages["import"]), 3),
@@ -217,7 +225,13 @@ def run_sizes(sizes: list[int], workdir: Path, timeout_s: float) -> list[dict[st
 
 
 def render(results: list[dict[str, Any]]) -> str:
-    names = ["inventory_load", "variable_resolution", "compatibility_check", "file_sd_generation"]
+    names = [
+        "inventory_load",
+        "variable_resolution",
+        "compatibility_check",
+        "file_sd_generation",
+        "remote_write_sizing",
+    ]
     rows = [
         [
             "hosts",
@@ -248,7 +262,7 @@ def render(results: list[dict[str, Any]]) -> str:
         )
     for r in results:
         if "error" in r:
-            rows.append([str(r["hosts"]), "ERROR", "", "", "", "", "", "", ""])
+            rows.append([str(r["hosts"]), "ERROR", *[""] * (len(rows[0]) - 2)])
     return "\n".join([table(rows), *verdicts(results)])
 
 

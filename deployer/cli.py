@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from deployer import __version__, library_logs
+from deployer import restore as restore_mod
 from deployer.errors import InputError
 from deployer.rollout.options import RolloutOptions
 from deployer.secrets import mask_text
@@ -473,6 +474,64 @@ def upgrade_driver(
         inventory=inventory, to=to, options=options, resume=resume, check=check_mode, output=output
     )
     sys.exit(run_upgrade(req))
+
+
+@cli.command("restore")
+@click.option("-i", "--inventory", "inventory", required=True, type=click.Path(path_type=Path))
+@click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="KEY=VALUE|@FILE|JSON")
+@click.option("--host", default=None, help="The store host to restore (default: the only one).")
+@click.option(
+    "--from",
+    "source",
+    default=None,
+    metavar="S3_URL|PATH",
+    help="Backup to restore: s3://bucket/path or a path in the host's bucket "
+    "(default: the host's own backup, victoriametrics_backup_dst).",
+)
+@click.option("--yes", is_flag=True, help="Replace the store's data without asking.")
+@click.option("--check", "check_mode", is_flag=True, help="Print the steps; change nothing.")
+@input_errors_exit_2
+def restore(
+    inventory: Path,
+    extra_vars: tuple[str, ...],
+    host: str | None,
+    source: str | None,
+    yes: bool,
+    check_mode: bool,
+) -> None:
+    """Restore a long-term store (VictoriaMetrics) from its vmbackup in the S3 bucket: stop it,
+    vmrestore, start it; the replicas' WAL refills the time it was down."""
+    session, stores = restore_mod.store_variables(inventory, list(extra_vars))
+    chosen = restore_mod.choose_host(stores, host, str(inventory))
+    the_plan = restore_mod.plan(chosen, stores[chosen], source)
+    if check_mode:
+        for step in the_plan.steps:
+            click.echo(f"{chosen}: {step.name}\n    {mask_text(step.command)}")
+        sys.exit(EXIT_OK)
+    if not yes and not click.confirm(
+        f"Replace the data of the store on {chosen} ({the_plan.data_dir}) with the backup "
+        f"{the_plan.source}?",
+        default=False,
+    ):
+        click.echo("nothing was changed", err=True)
+        sys.exit(EXIT_INPUT)
+    try:
+        conn = session.pool.get(chosen)
+
+        def run(cmd: str, timeout: float) -> tuple[int, str]:
+            result = conn.run(cmd, timeout=timeout)
+            return result.rc, result.stdout + result.stderr
+
+        results = restore_mod.execute(the_plan, run, lambda m: click.echo(m, err=True))
+    finally:
+        session.pool.close_all()
+    ok = all(r.ok for r in results) and len(results) == len(the_plan.steps)
+    click.echo(
+        f"{chosen}: restored from {the_plan.source}"
+        if ok
+        else f"{chosen}: restore FAILED at: {results[-1].step.name}"
+    )
+    sys.exit(EXIT_OK if ok else EXIT_FAILED)
 
 
 def _register_subcommands() -> None:

@@ -1,7 +1,7 @@
 """Prometheus file-based discovery targets generated from the inventory (pure: no I/O).
 
 One targets file per scrape job (``dcgm``, ``node``, ``prometheus``, ``alertmanager``,
-``thanos-sidecar``), each a list of ``{"targets": [...], "labels": {...}}`` groups, one group per
+``thanos-sidecar``, ``victoriametrics``), each a list of ``{"targets": [...], "labels": {...}}`` groups, one group per
 host. GPU-host targets carry the inventory metadata the rules join on (``node`` plus the host vars
 named in ``prometheus_target_label_vars``: cluster, rack, gpu_model, slurm_partition, scrape_tier)
 and, for a host whose ``scrape_tier`` is a configured tier, that tier's ``__scrape_interval__`` and
@@ -24,7 +24,7 @@ from typing import Any
 from deployer.booleans import truthy
 from deployer.memory import collector_paused
 
-JOBS = ("dcgm", "node", "prometheus", "alertmanager", "thanos-sidecar")
+JOBS = ("dcgm", "node", "prometheus", "alertmanager", "thanos-sidecar", "victoriametrics")
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,8 @@ def job_members(variables: Mapping[str, Any], job: str) -> list[str]:
         return members(variables, [variables["prometheus_group"]])
     if job == "alertmanager":
         return members(variables, [variables["prometheus_alertmanager_group"]])
+    if job == "victoriametrics":  # the long-term store (role victoriametrics)
+        return members(variables, [variables["metrics_store_group"]])
     raise KeyError(f"no scrape job {job!r}; jobs: {', '.join(JOBS)}")
 
 
@@ -110,6 +112,7 @@ def job_ports(variables: Mapping[str, Any]) -> dict[str, int]:
         "prometheus": int(variables["prometheus_port"]),
         "alertmanager": int(variables["prometheus_alertmanager_port"]),
         "thanos-sidecar": int(variables["prometheus_thanos_sidecar_http_port"]),
+        "victoriametrics": int(variables["metrics_store_port"]),
     }
 
 

@@ -224,9 +224,14 @@ def _match_one(inventory: Inventory, pattern: str, full: str) -> list[str]:
     return picked
 
 
-def select(inventory: Inventory, pattern: str | None) -> list[Host]:
+def select(inventory: Inventory, pattern: str | None, *, play: bool = False) -> list[Host]:
     """The hosts a pattern selects, in the order Ansible evaluates it (``ansible PATTERN
-    --list-hosts``); None means every host, in the order of group ``all``."""
+    --list-hosts``); None means every host, in the order of group ``all``.
+
+    ``play``: the pattern is a play's ``hosts:``, where, as in ansible-playbook, a part that
+    names no group and no host of this inventory matches nothing (Ansible warns "Could not match
+    supplied host pattern, ignoring") and the others still apply: the product's site names
+    groups an inventory may lack (``thanos_query``, ``metrics_store``, ``grafana``)."""
     if pattern is None:
         return [inventory.host(n) for n in inventory.group_hosts("all")]
     patterns = split_patterns(pattern)
@@ -239,17 +244,26 @@ def select(inventory: Inventory, pattern: str | None) -> list[Host]:
         if one in ("!", "&"):
             raise InputError("'!' or '&' without a pattern", source="--limit", key=one)
     selected: dict[str, None] = {}
+
+    def match(part: str, full: str) -> list[str]:
+        try:
+            return _match_one(inventory, part, full)
+        except NoHostsMatched:
+            if play:
+                return []
+            raise
+
     for one in _ordered(patterns):
         if one[0] == "!":
-            gone = set(_match_one(inventory, one[1:], one))
+            gone = set(match(one[1:], one))
             selected = {n: None for n in selected if n not in gone}
         elif one[0] == "&":
-            keep = set(_match_one(inventory, one[1:], one))
+            keep = set(match(one[1:], one))
             selected = {n: None for n in selected if n in keep}
         else:
-            for name in _match_one(inventory, one, one):
+            for name in match(one, one):
                 selected.setdefault(name, None)
-    if not selected:
+    if not selected and not play:
         raise NoHostsMatched(
             "no hosts matched: the limit selects no hosts", source="--limit", key=pattern
         )

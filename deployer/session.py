@@ -152,7 +152,7 @@ class DeploySession:
     def play_hosts(self, play: Play) -> list[str]:
         """The inventory hosts a play applies to (none when its pattern matches no host)."""
         try:
-            return [h.name for h in select(self.inventory, play.hosts)]
+            return [h.name for h in select(self.inventory, play.hosts, play=True)]
         except NoHostsMatched:
             return []  # a site play for a group this inventory lacks applies to no host
         except InputError as exc:

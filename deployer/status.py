@@ -582,12 +582,17 @@ def collect(
     now: Callable[[], float] = time.time,
     workers: int = 16,
     forks: int = DEFAULT_FORKS,
+    store_fetch: Any = None,
 ) -> list[Check]:
     """Every check of the running stack, in table order. ``hosts`` opens a connection to a host
-    (None: the APIs only, no SSH)."""
+    (None: the APIs only, no SSH); ``store_fetch`` is the long-term store's HTTP client (with
+    headers: its basic auth), ``status_store.http_fetch`` unless given."""
+    from deployer import status_store
+
     obs = _observe(exp, fetch, hosts, workers, forks)
     checks = judge(exp, obs, now=now(), with_hosts=hosts is not None)
-    return checks + _thanos_checks(exp, fetch)
+    store = status_store.collect(exp.store, store_fetch or status_store.http_fetch)
+    return checks + _thanos_checks(exp, fetch) + store
 
 
 def collect_until(

@@ -63,6 +63,7 @@ class StackExpectation:
     thanos_stores: list[str] = field(default_factory=list)  # sidecar gRPC host:port
     ssh: dict[str, SSHTarget] = field(default_factory=dict)  # how to reach each host above
     slurm: Any = None  # status_slurm.SlurmExpectation when a GPU host sets gpumon_scheduler
+    store: Any = None  # status_store.StoreExpectation: long-term store, remote write, global view
 
 
 # ---------------------------------------------------------------- expectation from the inventory
@@ -161,7 +162,7 @@ def load_expectation(
         if play is None:
             return None, []
         try:
-            return play, [h.name for h in select(session.inventory, play.hosts)]
+            return play, [h.name for h in select(session.inventory, play.hosts, play=True)]
         except NoHostsMatched:
             return play, []
 
@@ -175,6 +176,9 @@ def load_expectation(
     exp = expect(
         variables_of("prometheus"), variables_of("alertmanager"), variables_of("thanos_query")
     )
+    from deployer import status_store
+
+    exp.store = status_store.expect(variables_of)
     if not exp.replicas and not exp.alertmanagers:
         raise InputError(
             "no host of the inventory is in a Prometheus or Alertmanager play of the site: "

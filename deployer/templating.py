@@ -18,7 +18,7 @@ import jinja2
 import yaml
 from jinja2 import StrictUndefined
 
-from deployer import alertmanager_config, dcgm_fields, file_sd, rule_pack
+from deployer import alertmanager_config, dcgm_fields, file_sd, remote_write, rule_pack
 from deployer.booleans import truthy
 from deployer.errors import InputError
 from deployer.secrets import MASK, is_secret_path
@@ -116,6 +116,10 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
     )
     env.globals["grafana_provisioning"] = jinja2.pass_context(
         lambda context, kind: _dashboards().provisioning_document(view(context), kind)
+    )
+    # The prometheus role's remote_write section (prometheus.yml.j2), from deployer/remote_write.py.
+    env.globals["remote_write_section"] = jinja2.pass_context(
+        lambda context: remote_write.remote_write_section(context.parent)
     )
     return env
 

@@ -100,6 +100,10 @@ def status(name: str, as_json: bool) -> None:
         f"{info['mirror']['url']} ({'serving' if info['mirror']['serving'] else 'DOWN'};"
         f" GPU simulation {info['mirror']['gpu_simulation']})"
     )
+    store = info["s3"]
+    click.echo(
+        f"s3 {store['url']} bucket {store['bucket']} ({'serving' if store['serving'] else 'DOWN'})"
+    )
     for host, h in info["hosts"].items():
         faults = ",".join(f["kind"] for f in h["faults"]) or "-"
         link = {True: "up", False: "CUT", None: "none"}[h["link_up"]]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import HostKeyRefused, HostUnreachable, InputError
-from deployer.lab import devnodes, keys, mirror, network
+from deployer.lab import devnodes, keys, mirror, network, s3
 from deployer.lab import host as hostmod
 from deployer.lab.base import ensure_base
 from deployer.lab.inventory import inventory_data, known_hosts_lines, write_inventory
@@ -162,6 +162,7 @@ class Lab:
         mirror.serve(
             topology.gateway, topology.mirror_port, self.dir / "mirror.pid", self.dir / "mirror.log"
         )
+        s3_vars = self._start_s3(topology)
         authorized = self._client_key()
         apt_key = mirror.public_key()
         keys = self._host_keys()
@@ -210,7 +211,7 @@ class Lab:
             for name, pub in pool.map(start, to_start):
                 keys[name] = pub
         self._write_host_keys(keys)
-        self._write_access_files(topology, keys)
+        self._write_access_files(topology, keys, s3_vars)
         timings["started"] = time.monotonic() - started
         self.wait_ready([h.name for h in topology.hosts], timeout=ready_timeout)
         timings["ready"] = time.monotonic() - started
@@ -248,7 +249,9 @@ class Lab:
     def _write_host_keys(self, keys: dict[str, str]) -> None:
         (self.dir / "host_keys.json").write_text(json.dumps(keys, indent=2, sort_keys=True))
 
-    def _write_access_files(self, topology: Topology, keys: dict[str, str]) -> None:
+    def _write_access_files(
+        self, topology: Topology, keys: dict[str, str], s3_vars: dict[str, str]
+    ) -> None:
         entries = {
             h.name: ([h.name, h.address], keys[h.name]) for h in topology.hosts if h.name in keys
         }
@@ -259,9 +262,19 @@ class Lab:
                 topology,
                 private_key=self.private_key_path,
                 known_hosts=self.known_hosts_path,
-                mirror=self.mirror_vars(topology),
+                mirror={**self.mirror_vars(topology), **s3_vars},
             ),
         )
+
+    def _start_s3(self, topology: Topology) -> dict[str, str]:
+        """The S3 server for the store's backups (deployer/lab/s3.py); its inventory vars."""
+        if not topology.group("metrics_store"):
+            s3.shutdown(self.dir)
+            return {}
+        if not s3.available():
+            self._echo("moto[server] is not installed: no S3 server, backups not configured")
+            return {}
+        return s3.start(self.dir, topology.gateway)
 
     def _gpu_prepare(self, h: LabHost, files: hostmod.HostFiles) -> list[str]:
         if h.is_gpu:
@@ -355,6 +368,7 @@ class Lab:
             "serving": bool(server and server.alive()),
             "gpu_simulation": "available" if sim else "not built (no gpusim)",
         }
+        out["s3"] = dict(s3.status(self.dir, topo.gateway))
         for h in topo.hosts:
             files = self.host_files(h.name)
             boots = files.dir / "boots"
@@ -497,6 +511,7 @@ class Lab:
         for files in dirs:
             hostmod.remove(files)
         mirror.stop_serving(self.dir / "mirror.pid")
+        s3.shutdown(self.dir)
         if topo is not None:
             network.delete_bridge(topo.bridge)
         for name in ("inventory.yml", "known_hosts", "host_keys.json", "lab.json", "slurm.json"):

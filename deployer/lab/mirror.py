@@ -5,7 +5,8 @@ Built once into ``<cache>/mirror/site`` and served over HTTP on the lab bridge:
 - ``debian/``: a signed flat apt repository with the packages of ``mirror-packages.yml`` and
   their dependency closure, downloaded with the machine's apt (``apt_mirror_url``);
 - ``releases/``: upstream-layout release archives (``<project>-<ver>.linux-amd64.tar.gz`` and
-  ``sha256sums.txt``) repacked from those Debian binaries (``release_mirror_url``);
+  ``sha256sums.txt``; VictoriaMetrics' own ``<name>-linux-amd64-v<ver>.tar.gz`` and
+  ``_checksums.txt``) repacked from those Debian binaries (``release_mirror_url``);
 - ``cuda/debian12/x86_64/``: a signed repository in the CUDA repository's layout holding the
   *simulated* NVIDIA packages of ``deployer.lab.gpusim`` (``nvidia_repo_url``);
 - ``keys/gpumon-lab-archive-key.asc``: the public half of the key the lab generated to sign both.
@@ -335,6 +336,42 @@ def build_release_archive(project: str, deb: Path, files: dict[str, str], out_ro
     return archive
 
 
+def build_victoriametrics_archives(
+    deb: Path, archives: dict[str, dict[str, str]], out_root: Path
+) -> Path:
+    """Repack a Debian victoria-metrics package as VictoriaMetrics' own release archives:
+    ``<name>-linux-amd64-v<ver>.tar.gz`` holding ``<binary>-prod`` files at the top, each with a
+    ``<name>-linux-amd64-v<ver>_checksums.txt`` listing the archive and its binaries
+    (VictoriaMetrics v1.79.5 Makefile, release-victoria-metrics-goos-goarch and
+    release-vmutils-goos-goarch). Returns the first archive's path."""
+    version = upstream_version(deb_field(deb, "Version"))
+    dest = (
+        out_root / "VictoriaMetrics" / "VictoriaMetrics" / "releases" / "download" / f"v{version}"
+    )
+    dest.mkdir(parents=True, exist_ok=True)
+    first: Path | None = None
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["dpkg-deb", "-x", str(deb), tmp], check=True)
+        for name, files in archives.items():
+            stem = f"{name}-linux-amd64-v{version}"
+            buffer = io.BytesIO()
+            sums = []
+            with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.GNU_FORMAT) as tar:
+                for member, rel in sorted(files.items()):
+                    data = (Path(tmp) / rel).read_bytes()
+                    _add_bytes(tar, member, data, 0o755)
+                    sums.append(f"{hashlib.sha256(data).hexdigest()}  {member}")
+            archive = dest / f"{stem}.tar.gz"
+            archive.write_bytes(_fixed_gzip(buffer.getvalue()))
+            digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+            lines = [f"{digest}  {archive.name}", *sums]
+            (dest / f"{stem}_checksums.txt").write_text("\n".join(lines) + "\n")
+            first = first or archive
+    if first is None:
+        raise MirrorError(f"no archive to build from {deb.name}")
+    return first
+
+
 def _fixed_gzip(data: bytes) -> bytes:
     return gzip.compress(gzip.decompress(data), mtime=ARCHIVE_MTIME)
 
@@ -428,7 +465,9 @@ def _ensure_mirror(log: Path | None) -> dict[str, Any]:
         manifest["cuda_packages"] = []
 
     wanted = list(spec["debian"]) + _sim_dependencies(site / CUDA_PATH)
-    debian_key = hashlib.sha256(json.dumps(sorted(set(wanted))).encode()).hexdigest()[:16]
+    # The release archives are rebuilt with the Debian part, so their spec is part of its key.
+    key_data = {"debian": sorted(set(wanted)), "releases": spec.get("releases", {})}
+    debian_key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:16]
     if manifest.get("debian_key") != debian_key or not (site / "debian/InRelease").is_file():
         names = dependency_closure(sorted(set(wanted)))
         debs = download_debs(names, mirror_dir() / "pool", log)
@@ -443,9 +482,11 @@ def _ensure_mirror(log: Path | None) -> dict[str, Any]:
         by_package = {deb_field(d, "Package"): d for d in debs}
         archives = {}
         for project, entry in spec.get("releases", {}).items():
-            archive = build_release_archive(
-                project, by_package[entry["package"]], entry["files"], releases
-            )
+            deb = by_package[entry["package"]]
+            if entry.get("layout") == "victoriametrics":
+                archive = build_victoriametrics_archives(deb, entry["archives"], releases)
+            else:
+                archive = build_release_archive(project, deb, entry["files"], releases)
             archives[project] = str(archive.relative_to(site))
         manifest.update(debian_key=debian_key, debian_packages=len(debs), releases=archives)
     manifest_path.write_text(json.dumps(manifest, indent=2))

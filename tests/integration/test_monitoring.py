@@ -500,22 +500,27 @@ def test_config_failing_promtool_is_refused_and_the_running_config_untouched(
     }
     # A scrape timeout longer than the interval: valid YAML, refused by promtool.
     bad = ["-e", "prometheus_scrape_interval=5s", "-e", "prometheus_scrape_timeout=10s"]
-    proc = gpumon("up", "-i", str(inventory), "--output", "json", *stack_vars, *bad)
-    assert proc.returncode == 1
-    report = json.loads(proc.stdout)
-    first = report["hosts"][replicas[0]]
-    failed = [t for t in first["tasks"] if t["status"] == "failed"]
-    assert [t["task"] for t in failed] == [
-        "prometheus.yml (checked by promtool before it replaces the live file)"
-    ]
-    assert "validate failed" in failed[0]["error"]
-    # The serial play stopped there: the other replica was not touched at all.
-    second = report["hosts"][replicas[1]]
-    assert not [t for t in second["tasks"] if t["role"] == "prometheus"]
-    assert {h: live_config(mlab, h) for h in replicas} == before
-    for h, u in prometheus_urls(mlab).items():
-        assert http_fetch(f"{u}/-/ready").status == 200
-        assert get_json(f"{u}/api/v1/status/config")["data"]["yaml"] == loaded[h]
+    try:
+        proc = gpumon("up", "-i", str(inventory), "--output", "json", *stack_vars, *bad)
+        assert proc.returncode == 1
+        report = json.loads(proc.stdout)
+        first = report["hosts"][replicas[0]]
+        failed = [t for t in first["tasks"] if t["status"] == "failed"]
+        assert [t["task"] for t in failed] == [
+            "prometheus.yml (checked by promtool before it replaces the live file)"
+        ]
+        assert "validate failed" in failed[0]["error"]
+        # The serial play stopped there: the other replica was not touched at all.
+        second = report["hosts"][replicas[1]]
+        assert not [t for t in second["tasks"] if t["role"] == "prometheus"]
+        assert {h: live_config(mlab, h) for h in replicas} == before
+        for h, u in prometheus_urls(mlab).items():
+            assert http_fetch(f"{u}/-/ready").status == 200
+            assert get_json(f"{u}/api/v1/status/config")["data"]["yaml"] == loaded[h]
+    finally:
+        # The long-term store's dedup interval follows prometheus_scrape_interval and was
+        # converged to it before the replicas refused it: converge back for the next tests.
+        assert gpumon("up", "-i", str(inventory), *stack_vars).returncode == 0
 
 
 def test_new_gpu_host_is_scraped_by_both_replicas_after_targets(

@@ -158,16 +158,16 @@ def test_no_task_is_found_by_its_name_nor_an_error_by_its_message():
 # docs/architecture.md's layers, top first: a module imports only from its own layer and below.
 LAYERS = [
     ["cli", "lab"],
-    ["rollout", "targets", "unverified"],
+    ["rollout", "targets", "unverified", "restore"],
     # status reads what a rollout leaves on disk and on Slurm nodes: the rollout's leaf modules of
     # state, options and drain naming sit in status' layer (they import only errors)
     ["status", "status_driver", "status_expect", "status_gpus", "status_http", "status_loaded",
-     "status_model", "status_scrape", "status_slurm", "status_rollouts", "slurm_state",
+     "status_model", "status_scrape", "status_store", "status_slurm", "status_rollouts", "slurm_state",
      "rollout.drain", "rollout.state", "rollout.options", "rollout.batching"],
     ["session"],
     ["executor", "hostsession", "owed", "report"],
     ["plan", "roles", "templating", "file_sd", "hostpattern", "inventory", "rule_pack",
-     "alertmanager_config", "monitoring.dashboards"],  # dashboards: what the grafana templates render
+     "alertmanager_config", "remote_write", "monitoring.dashboards"],  # dashboards: what the grafana templates render
     ["gpu"],
     ["modules", "results"],
     ["hostaccess", "boot", "facts", "connection"],

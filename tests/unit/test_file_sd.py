@@ -51,7 +51,7 @@ GROUPS = {
 
 
 def variables(**overrides: Any) -> dict[str, Any]:
-    v = {k: val for k, val in DEFAULTS.items() if k.startswith("prometheus_")}
+    v = {k: val for k, val in DEFAULTS.items() if k.startswith(("prometheus_", "metrics_store_"))}
     v.update(
         groups=GROUPS,
         hostvars=HOSTVARS,

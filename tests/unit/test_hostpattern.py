@@ -228,3 +228,25 @@ def test_a_limit_that_is_one_address_is_not_split_on_its_colons() -> None:
     assert split_patterns("fe80::1610:9fff:fedd:654b") == ["fe80::1610:9fff:fedd:654b"]
     assert split_patterns("[2001:db8::3]:2200") == ["[2001:db8::3]:2200"]
     assert split_patterns("gpu:prom") == ["gpu", "prom"]
+
+
+@pytest.mark.parametrize(
+    ("hosts", "expected"),
+    [
+        # the product's site names groups an inventory may lack: the others still apply
+        ("monitoring:prometheus:alertmanager:thanos_query:grafana", ["prom01", "prom02", "mon01"]),
+        ("no_such_group", []),
+        ("gpu:!no_such_group", ["gpu01", "gpu02", "gpu03", "gpu04"]),
+        ("gpu:&no_such_group", []),
+    ],
+)
+def test_a_play_ignores_a_group_the_inventory_lacks_as_ansible_playbook_does(
+    inventory, hosts: str, expected: list[str]
+) -> None:
+    # ansible-playbook warns "Could not match supplied host pattern, ignoring" and goes on
+    assert [h.name for h in select(inventory, hosts, play=True)] == expected
+
+
+def test_a_limit_naming_a_group_the_inventory_lacks_is_still_refused(inventory) -> None:
+    with pytest.raises(NoHostsMatched):
+        select(inventory, "gpu:no_such_group")

@@ -64,7 +64,7 @@ def target_labels(node: str, **host_vars: Any) -> dict[str, str]:
     instance, as Prometheus attaches them."""
     defaults = role_defaults()
     variables = {
-        **{k: v for k, v in defaults.items() if k.startswith("prometheus_")},
+        **{k: v for k, v in defaults.items() if k.startswith(("prometheus_", "metrics_store_"))},
         "groups": {"gpu": [node], "prometheus": [], "alertmanager": []},
         "hostvars": {node: {"ansible_host": node, **host_vars}},
         "prometheus_thanos_sidecar": False,

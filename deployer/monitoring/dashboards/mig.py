@@ -62,7 +62,7 @@ def build(q: Queries) -> db.Dashboard:
             unit="percentunit",
             min_value=0,
             max_value=1,
-            description="DCGM_FI_PROF_GR_ENGINE_ACTIVE of each GPU instance (collected on MIG "
+            description=f"{m('gr_engine_active')} of each GPU instance (collected on MIG "
             "hosts: dcgm_exporter_mig_utilization).",
         )
     )

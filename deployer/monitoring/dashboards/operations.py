@@ -92,7 +92,7 @@ def build(q: Queries) -> db.Dashboard:
                     legend=GPU_LEGEND + " XID {{xid}}",
                 )
             ],
-            description="DCGM_EXP_XID_ERRORS_COUNT: XIDs per GPU in the exporter's window "
+            description=f"{m('xid_count')}: XIDs per GPU in the exporter's window "
             "(-x, 5 min by default); any is a red line.",
             limits=red_lines(None, 1),
         ),

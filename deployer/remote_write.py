@@ -1,0 +1,176 @@
+"""The replicas' ``remote_write`` section, computed from the inventory (pure: no I/O).
+
+Every host of the long-term store's group (``metrics_store_group``, role victoriametrics) gets one
+``remote_write`` entry on each Prometheus replica, so both replicas write every sample to every
+store. Two things make the pair's samples land on one series in the store:
+
+- ``write_relabel_configs`` drops the replica's ``replica`` external label on the way. Prometheus
+  adds the external labels to a series *before* it applies the write relabelling
+  (prometheus/prometheus v2.42.0, commit 225c61122d88b01d1f0eaaee0e05b6f3e0567ac0,
+  storage/remote/queue_manager.go:824-825, ``StoreSeries``: ``processExternalLabels`` then
+  ``relabel.Process``), so the drop sees it; every other label, ``cluster`` included, is kept.
+- VictoriaMetrics' ``-dedup.minScrapeInterval`` keeps one sample per series and interval (role
+  victoriametrics).
+
+The queue is sized from the targets the replica scrapes (the same file_sd targets the role writes)
+and their intervals: :func:`samples_per_second` estimates what one replica ingests, and
+:func:`queue_config` turns it into shards and a buffer that keep up with it and replay what piled
+up in the WAL during a store outage (``prometheus_remote_write_catch_up``). The formulas are in the
+README ("Long-term storage").
+
+The prometheus role's ``prometheus.yml.j2`` calls :func:`remote_write_section` (the template
+global ``remote_write_section``), so there is one implementation; tests/unit/test_remote_write.py
+checks it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from deployer import file_sd
+
+# Prometheus' duration units (model.ParseDuration).
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+
+# Prometheus' own upper bound default for max_shards (config.DefaultQueueConfig, v2.42.0
+# config/config.go:178).
+MAX_SHARDS_CEILING = 200
+
+
+def seconds(duration: Any) -> float:
+    """A Prometheus duration (``15s``, ``1m30s``, ``2h``) in seconds."""
+    text = str(duration).strip()
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a Prometheus duration: {duration!r}")
+    return sum(int(n) * _UNITS[u] for n, u in parts)
+
+
+def store_hosts(variables: Mapping[str, Any]) -> list[str]:
+    """The long-term store hosts, in inventory order."""
+    return file_sd.members(variables, [variables["metrics_store_group"]])
+
+
+def store_base_url(variables: Mapping[str, Any], host: str) -> str:
+    """``scheme://address:port`` of one store host, as the replicas reach it."""
+    hv = variables["hostvars"][host]
+    scheme = hv.get("metrics_store_scheme", variables["metrics_store_scheme"])
+    port = hv.get("metrics_store_port", variables["metrics_store_port"])
+    return f"{scheme}://{hv.get('ansible_host', host)}:{port}"
+
+
+def store_write_url(variables: Mapping[str, Any], host: str) -> str:
+    """The store's Prometheus remote-write endpoint (VictoriaMetrics: ``/api/v1/write``)."""
+    return store_base_url(variables, host) + "/api/v1/write"
+
+
+def remote_name(host: str) -> str:
+    """The ``name`` of the queue to ``host`` (Prometheus' ``remote_name`` label)."""
+    return f"store-{host}"
+
+
+def auth_enabled(variables: Mapping[str, Any]) -> bool:
+    return bool(str(variables.get("metrics_store_username") or "")) and bool(
+        str(variables.get("metrics_store_password") or "")
+    )
+
+
+def samples_per_second(variables: Mapping[str, Any]) -> float:
+    """Samples per second one replica ingests: per target of every job it scrapes (the hosts
+    file_sd gives each job), its estimated series divided by its scrape interval (for dcgm and
+    node targets the host's tier's, else the global one); dcgm targets count their host's GPUs.
+    Reads the hosts' variables only, building no target groups (100,000 hosts in well under a
+    second; bench/planning.py)."""
+    estimate = variables["prometheus_remote_write_series_estimate"]
+    default_every = seconds(variables["prometheus_scrape_interval"])
+    tiers = {
+        str(name): seconds(tier["interval"])
+        for name, tier in variables["prometheus_scrape_tiers"].items()
+    }
+    hostvars = variables["hostvars"]
+    per_gpu = int(estimate["dcgm_per_gpu"])
+    total = 0.0
+    for job in variables["prometheus_scrape_jobs"]:
+        hosts = file_sd.job_members(variables, job)
+        if job not in ("dcgm", "node"):
+            total += len(hosts) * int(estimate.get(job, estimate["other"])) / default_every
+            continue
+        flat = int(estimate.get(job, estimate["other"]))
+        for h in hosts:
+            hv = hostvars[h]
+            tier = hv.get("scrape_tier")
+            every = tiers.get(str(tier), default_every) if tier is not None else default_every
+            if job == "dcgm":
+                gpus = hv.get("gpu_count")
+                series = int(gpus if gpus is not None else 8) * per_gpu
+            else:
+                series = flat
+            total += series / every
+    return total * (1 + float(variables["prometheus_remote_write_rules_overhead"]))
+
+
+def queue_config(variables: Mapping[str, Any], rate: float) -> dict[str, Any]:
+    """Queue settings for ``rate`` samples/s (the README gives the reasoning).
+
+    One shard moves ``max_samples_per_send / request_seconds`` samples/s. ``min_shards`` carries
+    the steady rate; ``max_shards`` the rate plus the WAL's backlog after an outage of
+    ``wal_span`` replayed within ``catch_up`` (Prometheus raises shards between the two on its
+    own); ``capacity`` buffers a few requests per shard.
+    """
+    per_send = int(variables["prometheus_remote_write_max_samples_per_send"])
+    per_shard = per_send / seconds(variables["prometheus_remote_write_request_duration"])
+    backlog = seconds(variables["prometheus_remote_write_wal_span"]) / seconds(
+        variables["prometheus_remote_write_catch_up"]
+    )
+    floor = int(variables["prometheus_remote_write_min_max_shards"])
+    max_shards = min(MAX_SHARDS_CEILING, max(floor, math.ceil(rate * (1 + backlog) / per_shard)))
+    min_shards = min(max_shards, max(1, math.ceil(rate / per_shard)))
+    return {
+        "capacity": per_send * int(variables["prometheus_remote_write_capacity_sends"]),
+        "max_shards": max_shards,
+        "min_shards": min_shards,
+        "max_samples_per_send": per_send,
+        "batch_send_deadline": str(variables["prometheus_remote_write_batch_send_deadline"]),
+        "min_backoff": str(variables["prometheus_remote_write_min_backoff"]),
+        "max_backoff": str(variables["prometheus_remote_write_max_backoff"]),
+    }
+
+
+def remote_write_configs(variables: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One ``remote_write`` entry per store host, then the user's extra entries as given."""
+    hosts = store_hosts(variables) if _enabled(variables) else []
+    out: list[dict[str, Any]] = []
+    if hosts:
+        queue = queue_config(variables, samples_per_second(variables))
+        replica_label = str(variables["prometheus_replica_label"])
+        for host in hosts:
+            entry: dict[str, Any] = {
+                "url": store_write_url(variables, host),
+                "name": remote_name(host),
+                "remote_timeout": str(variables["prometheus_remote_write_timeout"]),
+                # The pair's samples become one series in the store: only the replica label goes.
+                "write_relabel_configs": [{"action": "labeldrop", "regex": replica_label}],
+                "queue_config": dict(queue),
+            }
+            if auth_enabled(variables):
+                entry["basic_auth"] = {
+                    "username": str(variables["metrics_store_username"]),
+                    "password_file": str(variables["prometheus_remote_write_password_file"]),
+                }
+            out.append(entry)
+    out.extend(dict(e) for e in variables.get("prometheus_remote_write_extra") or [])
+    return out
+
+
+def _enabled(variables: Mapping[str, Any]) -> bool:
+    return file_sd.truthy(variables["prometheus_remote_write_enabled"])
+
+
+def remote_write_section(variables: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"remote_write": [...]}`` for prometheus.yml, or ``{}`` when there is nothing to write."""
+    configs = remote_write_configs(variables)
+    return {"remote_write": configs} if configs else {}
