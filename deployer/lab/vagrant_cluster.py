@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_BOX = "debian/bookworm64"
 POOL = "gpumon-lab"
 MANAGEMENT_NETWORK = "gpumon-lab-mgmt"
-UP_TIMEOUT_S = 1500
+UP_TIMEOUT_S = 1800
 PROVISION_TIMEOUT_S = 900
 DESTROY_TIMEOUT_S = 600
 VAGRANT_TIMEOUT_S = 300
@@ -161,6 +162,8 @@ class VagrantCluster:
         topology = self.topology
         self.state.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state, 0o700)
+        if self.log.exists():
+            self.log.replace(self.log.with_name(self.log.name + ".1"))  # one run per log
         if libvirtd.ensure_running(self.state):
             self.echo("libvirtd and virtlogd started (no systemd here); vagrant-down stops them")
         timings["libvirt"] = time.monotonic() - started
@@ -186,7 +189,16 @@ class VagrantCluster:
             topology.gateway, topology.mirror_port, self.state / "mirror.pid",
             self.state / "mirror.log",
         )  # fmt: skip
-        self._checked("provision", timeout=PROVISION_TIMEOUT_S, box=box)
+        # One vagrant per VM, at once (Vagrant itself provisions one VM after the other).
+        with ThreadPoolExecutor(max_workers=len(topology.hosts)) as pool:
+            jobs = [
+                pool.submit(
+                    self._checked, "provision", h.name, timeout=PROVISION_TIMEOUT_S, box=box
+                )
+                for h in topology.hosts
+            ]
+            for job in jobs:
+                job.result()
         timings["provisioned"] = time.monotonic() - started
         ssh_config = self.vagrant_ssh_config(box)
         write_vagrant_inventory(
