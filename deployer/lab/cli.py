@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -233,21 +234,146 @@ def mirror_cmd(
     click.echo(f"http://{addr}:{prt}")
 
 
+# ---------------------------------------------------------------- Vagrant clusters
+
+_vagrant_topology_option = click.option(
+    "--topology",
+    "topology_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    envvar="GPUMON_LAB_TOPOLOGY",
+    show_envvar=True,
+    help="Topology YAML (default: the packaged default topology); the Vagrantfile reads the same "
+    "variable.",
+)
+_vagrant_dir_option = click.option(
+    "--vagrant-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory of the Vagrantfile (default: the repository's).",
+)
+
+
+def _vagrant_cluster(
+    topology_file: Path | None, vagrant_dir: Path | None, driver: str = "kvm", box: str = "auto"
+):
+    from deployer.lab.topology import DEFAULT_TOPOLOGY
+    from deployer.lab.vagrant_cluster import VagrantCluster, default_vagrant_dir
+
+    return VagrantCluster(
+        topology_file=topology_file or DEFAULT_TOPOLOGY,
+        vagrant_dir=vagrant_dir or default_vagrant_dir(),
+        driver=driver,
+        box=box,
+        echo=lambda msg: click.echo(msg, err=True),
+    )
+
+
+def _vagrant_errors() -> tuple[type[Exception], ...]:
+    from deployer.lab.libvirtd import LibvirtError
+    from deployer.lab.mirror import MirrorError
+    from deployer.lab.vagrant_box import BoxBuildError
+    from deployer.lab.vagrant_cluster import VagrantError
+
+    return (InputError, OSError, BoxBuildError, LibvirtError, MirrorError, VagrantError)
+
+
+@lab.command("vagrant-box")
+def vagrant_box_cmd() -> None:
+    """Build the lab's own libvirt box (Debian 12 from the lab's base; cached, rebuilt only when
+    its inputs change) and add it to Vagrant as gpumon-lab/bookworm64."""
+    from deployer.lab import vagrant_box
+    from deployer.lab.vagrant_cluster import vagrant_state
+
+    try:
+        state = vagrant_state()
+        state.mkdir(parents=True, exist_ok=True)
+        box = vagrant_box.ensure_box(state / "box-build.log")
+        env = {**os.environ, "VAGRANT_CHECKPOINT_DISABLE": "1"}
+        added = vagrant_box.install(box, env, state / "vagrant.log")
+    except _vagrant_errors() as exc:
+        _fail(exc)
+        return
+    click.echo(
+        json.dumps(
+            {
+                "box": vagrant_box.BOX_NAME,
+                "version": box.version,
+                "file": str(box.path),
+                "built": box.built,
+                "added": added,
+                "seconds": round(box.seconds, 1),
+            }
+        )
+    )
+
+
+@lab.command("vagrant-up")
+@_vagrant_topology_option
+@_vagrant_dir_option
+@click.option(
+    "--driver",
+    type=click.Choice(["kvm", "qemu"]),
+    default="kvm",
+    show_default=True,
+    envvar="GPUMON_LIBVIRT_DRIVER",
+    show_envvar=True,
+    help="qemu: software emulation, where KVM cannot boot a guest (slow).",
+)
+@click.option(
+    "--box",
+    default="auto",
+    show_default=True,
+    envvar="GPUMON_VAGRANT_BOX",
+    show_envvar=True,
+    help="auto (the public debian/bookworm64 if Vagrant has it, else the lab's own box), lab, "
+    "public, or a box name.",
+)
+def vagrant_up_cmd(
+    topology_file: Path | None, vagrant_dir: Path | None, driver: str, box: str
+) -> None:
+    """Bring the topology up as libvirt VMs (box, mirror, `vagrant up`, provisioning) and write
+    the inventory; print timings and its path."""
+    try:
+        result = _vagrant_cluster(topology_file, vagrant_dir, driver, box).up()
+    except _vagrant_errors() as exc:
+        _fail(exc)
+        return
+    click.echo(json.dumps(result))
+
+
+@lab.command("vagrant-down")
+@_vagrant_topology_option
+@_vagrant_dir_option
+def vagrant_down_cmd(topology_file: Path | None, vagrant_dir: Path | None) -> None:
+    """`vagrant destroy`, then remove what libvirt keeps (box volume, the lab's pool and
+    networks) and stop the libvirt daemons vagrant-up started."""
+    try:
+        result = _vagrant_cluster(topology_file, vagrant_dir).down()
+    except _vagrant_errors() as exc:
+        _fail(exc)
+        return
+    click.echo(json.dumps(result))
+
+
 @lab.command("vagrant-prepare")
-@_topology_option
+@_vagrant_topology_option
 @_gpu_nodes_option
-@_name_option
-def vagrant_prepare(topology_file: Path | None, gpu_nodes: int | None, name: str) -> None:
-    """Build the mirror and write each GPU VM's simulated hardware for the Vagrantfile."""
+def vagrant_prepare(topology_file: Path | None, gpu_nodes: int | None) -> None:
+    """Build the mirror and write the files the Vagrantfile uploads: each GPU VM's simulated
+    hardware, the files every lab host gets; make the console log directory."""
     from deployer.lab import mirror as mirror_mod
-    from deployer.lab.paths import state_root
-    from deployer.lab.vagrant import prepare_hardware
+    from deployer.lab.vagrant import prepare_hardware, prepare_host_files
+    from deployer.lab.vagrant_cluster import vagrant_state
 
     try:
         topo = _topology_for("default", topology_file, gpu_nodes)
         mirror_mod.ensure_mirror()
-        written = prepare_hardware(topo, state_root() / "vagrant" / "hardware")
-    except (InputError, OSError, RuntimeError) as exc:
+        state = vagrant_state()
+        written = prepare_hardware(topo, state / "hardware")
+        written.append(prepare_host_files(state / "host-files"))
+        (state / "console").mkdir(parents=True, exist_ok=True)
+    except _vagrant_errors() as exc:
         _fail(exc)
         return
     for path in written:
@@ -255,13 +381,7 @@ def vagrant_prepare(topology_file: Path | None, gpu_nodes: int | None, name: str
 
 
 @lab.command("vagrant-inventory")
-@click.option(
-    "--vagrant-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Directory of the Vagrantfile.",
-)
+@_vagrant_dir_option
 @click.option(
     "--ssh-config",
     "ssh_config_file",
@@ -270,28 +390,38 @@ def vagrant_prepare(topology_file: Path | None, gpu_nodes: int | None, name: str
     help="Read this `vagrant ssh-config` output instead of running vagrant.",
 )
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
-@_topology_option
+@_vagrant_topology_option
 @_gpu_nodes_option
 def vagrant_inventory_cmd(
-    vagrant_dir: Path,
+    vagrant_dir: Path | None,
     ssh_config_file: Path | None,
     output: Path | None,
     topology_file: Path | None,
     gpu_nodes: int | None,
 ) -> None:
-    """Write the inventory of the Vagrant VMs from `vagrant ssh-config`; print its path."""
-    from deployer.lab.paths import state_root
+    """Write the inventory of the Vagrant VMs from `vagrant ssh-config` (host keys checked
+    against the VMs' consoles where the lab's box printed them); print its path."""
     from deployer.lab.vagrant import run_ssh_config, write_vagrant_inventory
+    from deployer.lab.vagrant_cluster import default_vagrant_dir, mirror_vars, vagrant_state
 
     try:
         topo = _topology_for("default", topology_file, gpu_nodes)
+        directory = vagrant_dir or default_vagrant_dir()
         if ssh_config_file is not None:
             text, source = ssh_config_file.read_text(), str(ssh_config_file)
         else:
-            text, source = run_ssh_config(vagrant_dir), "vagrant ssh-config"
-        out = output or state_root() / "vagrant" / "inventory.yml"
-        path = write_vagrant_inventory(topo, text, out, Lab("default").mirror_vars(topo), source)
-    except (InputError, OSError, RuntimeError) as exc:
+            text, source = run_ssh_config(directory), "vagrant ssh-config"
+        out = output or vagrant_state() / "inventory.yml"
+        path = write_vagrant_inventory(
+            topo,
+            text,
+            out,
+            mirror_vars(topo),
+            source,
+            console_dir=vagrant_state() / "console",
+            vagrant_dir=directory,
+        )
+    except _vagrant_errors() as exc:
         _fail(exc)
         return
     click.echo(str(path))
