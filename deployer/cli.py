@@ -22,6 +22,7 @@ import click
 from deployer import __version__, library_logs
 from deployer import restore as restore_mod
 from deployer.errors import InputError
+from deployer.inventory import group_map
 from deployer.rollout.options import RolloutOptions
 from deployer.secrets import mask_text
 from deployer.session import DeploySession, RunOptions
@@ -66,9 +67,36 @@ def verbose_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+def _group_flags(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
+    try:
+        return group_map.parse_flags(value)
+    except InputError as exc:
+        raise click.BadParameter(exc.message) from exc
+
+
 def inventory_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """-i, --limit, -e and -v: shared by every command that reads an inventory."""
-    f = verbose_option(f)
+    """-i, --limit, -e, --group and -v: shared by every command that reads an inventory.
+    ``--group`` reaches the inventory as the variable ``gpumon_groups``, above every ``-e``."""
+
+    command = f
+
+    @functools.wraps(command)
+    def with_groups(*args: Any, group: dict[str, list[str]], **kwargs: Any) -> Any:
+        if group:
+            mapping = json.dumps({group_map.VAR: group})
+            kwargs["extra_vars"] = (*kwargs.get("extra_vars", ()), mapping)
+        return command(*args, **kwargs)
+
+    f = verbose_option(with_groups)
+    f = click.option(
+        "--group",
+        "group",
+        multiple=True,
+        metavar="PRODUCT=GROUP[,GROUP]",
+        callback=_group_flags,
+        help="Map one of the product's groups (gpu, prometheus, alertmanager, ...) onto the "
+        "inventory's groups for this run (gpumon_groups); repeatable.",
+    )(f)
     f = click.option(
         "-e",
         "--extra-vars",

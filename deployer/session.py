@@ -27,7 +27,7 @@ from deployer.errors import HostUnreachable, InputError
 from deployer.executor import DEFAULT_FORKS, Events, Executor, NoEvents
 from deployer.facts import HostFacts, gather
 from deployer.gpu import driver_record, gpu_plan, preflight
-from deployer.hostpattern import NoHostsMatched, select
+from deployer.hostpattern import NoHostsMatched, select, split_patterns
 from deployer.plan import EMPTY, HostPlan, Planner
 from deployer.report import ConsoleReporter, write_json
 from deployer.results import RunReport
@@ -121,7 +121,33 @@ class DeploySession:
         session = cls(options, inventory, hosts, plays)
         if plan:
             session.build_plan()
+            if plays is None:
+                session.require_play_hosts()
         return session
+
+    def require_play_hosts(self) -> None:
+        """Refuse a run in which no selected host is in any play of the site (it would do
+        nothing and say nothing), naming the site's groups and the inventory's."""
+        selected = set(self.hosts)
+        if any(h in selected for p in self.plays for h in self.play_hosts(p)):
+            return
+        wanted = sorted(
+            {
+                part.lstrip("!&")
+                for p in self.plays
+                for part in split_patterns(p.hosts)
+                if not part.startswith(("!", "&"))
+            }
+        )
+        have = sorted(g for g in self.inventory.groups if g not in ("all", "ungrouped"))
+        raise InputError(
+            "no selected host is in a group the site's plays apply to: nothing to do. "
+            f"The site's groups: {', '.join(wanted)}; the inventory's: {', '.join(have) or 'none'}. "
+            "Map them, e.g. gpumon_groups: {gpu: [your_gpu_group]} in group_vars/all, "
+            "or --group gpu=your_gpu_group for one run",
+            source=str(self.options.inventory),
+            key="gpumon_groups",
+        )
 
     def open_connection(self, host: str) -> SSHConnection:
         """A new connection to an inventory host (the pool keeps one per host; a drain host

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import InputError
+from deployer.inventory import group_map as group_mapping
 from deployer.inventory.connection_vars import connection_spec, render_connection_vars
 from deployer.inventory.draft import Draft
 from deployer.inventory.model import Host, Inventory
@@ -42,6 +43,8 @@ def load_inventory(
     secrets: SecretValues | None = None,
 ) -> Inventory:
     """Load and validate an inventory file or directory; every problem is an InputError.
+    ``gpumon_groups`` maps the product's groups onto the inventory's
+    (``deployer/inventory/group_map.py``).
 
     The values of secret variables are registered in ``secrets`` (by default the process-wide
     registry that :func:`deployer.secrets.mask_text` uses), so they are masked wherever they show.
@@ -120,6 +123,21 @@ def _load_inventory(
     for key in extra:
         if not is_identifier(key) or key in MAGIC_VARS:
             raise InputError(f"invalid variable name {key!r}", source="-e", key=str(key))
+
+    # The product's groups onto the inventory's (gpumon_groups / --group): parents added.
+    mapping, origin = group_mapping.find_mapping(draft, extra)
+    if mapping is not None:
+        created = group_mapping.apply(draft, group_mapping.checked(mapping, origin, groups), origin)
+        if group_vars_dir.is_dir():
+            for name in created:
+                group = groups[name]
+                group.file_vars, group.file_var_origins = load_entity_vars(group_vars_dir, name)
+            warnings_ = [
+                w
+                for w in warnings_
+                if not any(w.startswith(f"{group_vars_dir / n}: ") for n in created)
+            ]
+        compute_depths(groups)
 
     secrets = REGISTERED if secrets is None else secrets
     for group in groups.values():
