@@ -262,6 +262,7 @@ def check(
                         for r in refused
                     ],
                     "unreachable": session.unreachable,
+                    "not_judged": session.not_judged,
                     "notes": notes,
                 },
                 indent=2,
@@ -274,8 +275,15 @@ def check(
             click.echo(f"REFUSED {r}", err=True)
         for host, why in session.unreachable.items():
             click.echo(f"UNREACHABLE {host}: {why}", err=True)
+        for host in session.not_judged:
+            click.echo(
+                f"NOT JUDGED {host}: no gpu_model in the inventory, and --offline reads no facts "
+                "(run check without --offline, or declare gpu_model)",
+                err=True,
+            )
         if not refused and not session.unreachable:
-            click.echo("compatible: every GPU host's plan passes the matrix")
+            judged = " judged" if session.not_judged else ""
+            click.echo(f"compatible: every{judged} GPU host's plan passes the matrix")
     session.pool.close_all()
     if refused:
         sys.exit(EXIT_INPUT)

@@ -43,7 +43,8 @@ for d in /sys/bus/pci/devices/*; do
   { read -r v < "$d/vendor"; } 2>/dev/null || continue
   [ "$v" = "0x10de" ] || continue
   { read -r c < "$d/class"; } 2>/dev/null || c=''
-  printf '%s %s\n' "${d##*/}" "${c%??}"
+  { read -r dev < "$d/device"; } 2>/dev/null || dev=''
+  printf '%s %s %s\n' "${d##*/}" "${c%??}" "$dev"
 done
 echo '@@smi'
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -102,6 +103,8 @@ class HostFacts:
     arch: str = ""
     kernel: str = ""
     nvidia_pci_gpus: int = 0
+    # PCI device ids of those GPUs (sysfs ``device``, e.g. "2330"): the model before any driver
+    nvidia_pci_gpu_ids: list[str] = field(default_factory=list)
     nvidia_pci_switches: int = 0
     gpus: list[GPU] = field(default_factory=list)
     nvidia_smi: str = "absent"  # absent | ok | error
@@ -123,6 +126,16 @@ class HostFacts:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def gpu_names(self) -> tuple[list[str], str]:
+        """The host's GPUs as names a model is read from, and where they were read: nvidia-smi's
+        names when it answers, else the PCI device ids (``10de:<id>``, which the matrix's
+        ``pci_ids`` resolve) of a host without a working driver; empty when neither shows one."""
+        if self.gpus:
+            return [g.name for g in self.gpus], "nvidia-smi"
+        if self.nvidia_pci_gpu_ids:
+            return [f"10de:{i}" for i in self.nvidia_pci_gpu_ids], "the PCI bus"
+        return [], ""
 
 
 def _sections(text: str) -> dict[str, list[str]]:
@@ -161,9 +174,11 @@ def parse_facts(host: str, result: CommandResult) -> HostFacts:
     f.arch, f.kernel = kv.get("arch", ""), kv.get("kernel", "")
     for line in s["pci"]:
         parts = line.split()
-        if len(parts) == 2:
+        if len(parts) in (2, 3):
             if parts[1] in _GPU_CLASSES:
                 f.nvidia_pci_gpus += 1
+                if len(parts) == 3:
+                    f.nvidia_pci_gpu_ids.append(parts[2].lower().removeprefix("0x"))
             elif parts[1] == "0x0680":
                 f.nvidia_pci_switches += 1
     smi_rc = "".join(s["smi_rc"]).strip().removeprefix("rc=")

@@ -99,6 +99,8 @@ class DeploySession:
         # what upgrade-driver recorded on each GPU host (read with the facts; None: nothing)
         self.driver_records: dict[str, driver_record.DriverRecord | None] = {}
         self.unreachable: dict[str, str] = {}
+        # GPU hosts ``preflight(offline=True)`` could not judge (no gpu_model, no facts)
+        self.not_judged: list[str] = []
         # Hosts of one rollout batch plan in parallel threads: one at a time through the planner.
         self._planning = threading.Lock()
 
@@ -235,6 +237,9 @@ class DeploySession:
                         found,
                         self.driver_records.get(h),
                     )
+                    # The roles' gpu_count: the inventory's, else what the facts counted (the
+                    # preflight refused a declared count the facts contradict).
+                    context["gpu_count"] = context["gpu_plan"]["gpu_count"]
                 plans.append(planner.plan_host(h, per_host[h], context, overrides))
         return plans
 
@@ -309,6 +314,10 @@ class DeploySession:
             )
         choices = {h: self.driver_choice(h) for h in gpu}
         variables = {h: c.variables for h, c in choices.items()}
+        if offline:
+            # Without facts a host that declares no model cannot be judged: say so, judge the rest.
+            self.not_judged = [h for h in gpu if variables[h].get("gpu_model") in (None, "")]
+            gpu = [h for h in gpu if h not in self.not_judged]
         plans = preflight.host_plans(
             self.inventory, gpu, variables, None if offline else self.facts
         )

@@ -243,7 +243,7 @@ def template_plan(
     """The ``gpu_plan`` mapping of one GPU host (see the module docstring)."""
     check_role_vars(host, variables)
     if facts is not None:
-        names = [g.name for g in facts.gpus] or None
+        names = facts.gpu_names()[0] or None
         view = _view(_resolve(host, variables, names), variables, facts.to_json(), stand_in=False)
         return _with_record(view, record)
     stand_in_facts = {

@@ -98,12 +98,13 @@ def host_plans(
     variables: Mapping[str, Mapping[str, Any]],
     facts: Mapping[str, HostFacts] | None,
 ) -> list[version_plan.VersionPlan]:
-    """Plans from resolved variables; with facts, the GPU names seen on the host decide the model."""
+    """Plans from resolved variables; with facts, the GPUs seen on the host (nvidia-smi's names,
+    else their PCI ids) decide the model and the count, and a declared one must agree."""
     entries = []
     for host in gpu_hosts(inventory, hosts):
         names = None
-        if facts is not None and host in facts and facts[host].gpus:
-            names = [g.name for g in facts[host].gpus]
+        if facts is not None and host in facts:
+            names = facts[host].gpu_names()[0] or None
         entries.append((host, variables[host], names))
     return version_plan.plans_from_vars(entries)
 

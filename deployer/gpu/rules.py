@@ -164,6 +164,15 @@ def _effective_model(s: _State) -> GpuModel | None:
             "split the host's GPUs by model or check the facts",
         )
         return None
+    if plan.gpu_count != len(plan.gpu_names):
+        s.refuse(
+            "gpu-count-facts",
+            f"facts show {len(plan.gpu_names)} GPU(s) but the inventory says gpu_count "
+            f"{plan.gpu_count}",
+            f"set gpu_count: {len(plan.gpu_names)} (or remove it: facts give it), or find the "
+            "missing GPU (nvidia-smi -L, the kernel log's Xid 79) before converging",
+        )
+        return None
     ((facts_model, name),) = seen.items()
     if inventory is not None and inventory.name != facts_model:
         s.refuse(

@@ -111,7 +111,11 @@ def plan_from_vars(
             raise bad("gpu_model", f"unknown GPU model {gpu_model!r}; known: {', '.join(m.models)}")
         gpu_model = model.name
     elif not gpu_names:
-        raise bad("gpu_model", "not set, and no GPU names from facts (needed with --offline)")
+        raise bad(
+            "gpu_model",
+            "not set, and the host's facts show no GPU to read it from (no nvidia-smi, no NVIDIA "
+            "GPU on the PCI bus): declare gpu_model (and gpu_count), e.g. in group_vars",
+        )
 
     count = variables.get("gpu_count")
     if count is None:

@@ -153,7 +153,7 @@ def run_preflight(session: DeploySession, to: str) -> Preflight:
             continue
         f = session.facts[h]
         variables = session.host_variables(h)
-        names = [g.name for g in f.gpus] or None
+        names = f.gpu_names()[0] or None
         plan = version_plan.plan_from_vars(h, variables, gpu_names=names).retarget(target)
         plans.append(plan)
     refusals = rules.check(plans)
