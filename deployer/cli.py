@@ -19,9 +19,10 @@ from typing import Any
 
 import click
 
-from deployer import __version__, library_logs
+from deployer import __version__, init_inventory, library_logs
 from deployer import restore as restore_mod
 from deployer.errors import InputError
+from deployer.gpu import preflight
 from deployer.inventory import group_map
 from deployer.rollout.options import RolloutOptions
 from deployer.secrets import mask_text
@@ -568,6 +569,67 @@ def restore(
         else f"{chosen}: restore FAILED at: {results[-1].step.name}"
     )
     sys.exit(EXIT_OK if ok else EXIT_FAILED)
+
+
+@cli.command()
+@inventory_options
+@click.option("--forks", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option(
+    "--check", "check_mode", is_flag=True, help="Print what would be written; write nothing."
+)
+@input_errors_exit_2
+def init(
+    inventory: Path,
+    limit: str | None,
+    extra_vars: tuple[str, ...],
+    forks: int,
+    check_mode: bool,
+) -> None:
+    """Read the GPU hosts' facts and write beside the inventory the variables the product needs
+    (GPU model and count, NVSwitch, the driver branch loaded now, the --group mapping); existing
+    files are never rewritten."""
+    session = DeploySession.load(
+        RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars)), plan=False
+    )
+    gpu = preflight.gpu_hosts(session.inventory, session.hosts)
+    if not gpu:
+        raise InputError(
+            "no selected host is in group gpu: map your GPU group first (--group gpu=GROUP)",
+            source=str(inventory),
+            key="gpumon_groups",
+        )
+    try:
+        gathered = session.gather_facts(gpu, forks)
+    finally:
+        session.pool.close_all()
+    findings = []
+    for host in gpu:
+        if host in session.unreachable:
+            click.echo(f"{host}: UNREACHABLE {session.unreachable[host]}", err=True)
+            continue
+        f = init_inventory.finding(host, gathered[host], session.inventory.host(host).vars)
+        shown = ", ".join(f"{k}={v}" for k, v in f.found.items())
+        click.echo(f"{host}: {shown}" + "".join(f"; {p}" for p in f.problems))
+        findings.append(f)
+    base = inventory if inventory.is_dir() else inventory.parent
+    mapping = session.inventory.extra_vars.get(group_map.VAR)
+    plan = init_inventory.plan_files(base, findings, mapping)
+    for line in plan.same:
+        click.echo(f"already declared: {line}")
+    for line in plan.mismatches:
+        click.echo(f"MISMATCH {line} (the preflight refuses it: correct the inventory)", err=True)
+    for path, values in plan.files.items():
+        text = init_inventory.document(values)
+        if check_mode:
+            click.echo(f"would write {path}:\n{text}")
+        elif init_inventory.write_new(path, text):
+            click.echo(f"wrote {path}")
+        else:
+            click.echo(f"{path} exists, not rewritten: add\n{text}", err=True)
+    if not plan.files:
+        click.echo("nothing to write: the inventory declares what the hosts show")
+    problems = session.unreachable or any(f.problems for f in findings) or plan.mismatches
+    sys.exit(EXIT_FAILED if problems else EXIT_OK)
 
 
 def _register_subcommands() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -261,3 +262,52 @@ def test_malformed_plans_are_refused_before_any_host_is_touched(
         assert proc.returncode == 2, (command, proc.stdout, proc.stderr)
         assert key in proc.stderr and words in proc.stderr, proc.stderr
     assert snapshot(ssh_config, name) == before
+
+
+# ---- an inventory the product did not write (issue 14) -----------------------------------------
+
+
+def deepops_copy(lab: Lab, dest: Path) -> Path:
+    """The lab's inventory as DeepOps would have it: the GPU hosts in ``slurm-node``, no
+    ``gpu`` group, and no GPU variable declared (model, count, NVSwitch)."""
+    data = yaml.safe_load(lab.inventory_path.read_text())
+    groups = data["all"]["children"]
+    groups["slurm-node"] = groups.pop("gpu")
+    for h in groups["slurm-node"]["hosts"]:
+        for key in ("gpu_model", "gpu_count", "nvswitch"):
+            data["all"]["hosts"][h].pop(key, None)
+            (groups["slurm-node"]["hosts"][h] or {}).pop(key, None)
+    dest.mkdir()
+    if (lab.inventory_path.parent / "group_vars").is_dir():
+        shutil.copytree(lab.inventory_path.parent / "group_vars", dest / "group_vars")
+    path = dest / "inventory.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_deepops_shaped_inventory_is_mapped_initialised_from_facts_and_converged(
+    runs, gpu_lab, gpu_hosts, tmp_path
+):
+    inv = deepops_copy(gpu_lab, tmp_path / "deepops")
+    # unmapped: the GPU hosts are in none of the site's groups, and the run says so
+    nothing = gpumon("up", "-i", str(inv), "--limit", "slurm-node", "--check", *LAB_VERSIONS)
+    assert nothing.returncode == 2, nothing.stderr
+    assert "no selected host is in a group the site's plays apply to" in nothing.stderr
+    # init reads the facts and writes what the product needs, beside the inventory
+    init = gpumon("init", "-i", str(inv), "--group", "gpu=slurm-node")
+    assert init.returncode == 0, init.stdout + init.stderr
+    for host, declared in gpu_hosts.items():
+        assert f"{host}: gpu_model={declared['gpu_model']}" in init.stdout, init.stdout
+        assert f"gpu_count={declared['gpu_count']}" in init.stdout
+    # and with them, the converged lab is converged for this inventory too: nothing to change
+    code, report, err = up_json_at(inv, "--limit", "gpu", "--check", *LAB_VERSIONS)
+    assert code == 0, err[-3000:]
+    assert set(report["hosts"]) == set(gpu_hosts)
+    changed = [(t["host"], t["task"]) for t in tasks_of(report) if t["status"] == "changed"]
+    assert changed == []
+
+
+def up_json_at(inventory: Path, *args: str) -> tuple[int, dict, str]:
+    proc = gpumon("up", "-i", str(inventory), "--output", "json", *args)
+    assert proc.stdout.strip(), proc.stderr[-4000:]
+    return proc.returncode, json.loads(proc.stdout), proc.stderr

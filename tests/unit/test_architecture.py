@@ -158,7 +158,7 @@ def test_no_task_is_found_by_its_name_nor_an_error_by_its_message():
 # docs/architecture.md's layers, top first: a module imports only from its own layer and below.
 LAYERS = [
     ["cli", "lab"],
-    ["rollout", "targets", "unverified", "restore"],
+    ["rollout", "targets", "unverified", "restore", "init_inventory"],
     # status reads what a rollout leaves on disk and on Slurm nodes: the rollout's leaf modules of
     # state, options and drain naming sit in status' layer (they import only errors)
     ["status", "status_driver", "status_expect", "status_gpus", "status_http", "status_loaded",
