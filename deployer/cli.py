@@ -349,7 +349,7 @@ def inventory(
 @input_errors_exit_2
 def targets(inventory: Path, limit: str | None, extra_vars: tuple[str, ...], output: str) -> None:
     """Regenerate and push only the Prometheus file_sd targets files (no reload needed)."""
-    from deployer import targets as file_sd_targets
+    from deployer.monitoring import targets as file_sd_targets
 
     session = file_sd_targets.load_session(
         RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars))
@@ -387,7 +387,7 @@ def status(
     something is still pending (a replica that just started has not scraped everything yet): run
     again, or use --wait.
     """
-    from deployer import status as stack
+    from deployer.monitoring import status as stack
 
     exp = stack.load_expectation(inventory, list(extra_vars))
     pool = None if api_only else stack.open_hosts(exp)

@@ -18,9 +18,10 @@ import jinja2
 import yaml
 from jinja2 import StrictUndefined
 
-from deployer import alertmanager_config, dcgm_fields, file_sd, remote_write, rule_pack
+from deployer import alertmanager_config, dcgm_fields, rule_pack
 from deployer.booleans import truthy
 from deployer.errors import InputError
+from deployer.monitoring import file_sd, remote_write
 from deployer.secrets import MASK, is_secret_path
 from deployer.unsafe import UnsafeText
 

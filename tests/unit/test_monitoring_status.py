@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 import yaml
 
-from deployer import status
 from deployer.connection import ScriptedConnection
 from deployer.errors import HostUnreachable, InputError
 from deployer.facts import FACTS_SCRIPT
-from deployer.file_sd import Target
-from deployer.status import Check, Endpoint, Peer, Replica, Response, StackExpectation
-from deployer.status_loaded import md5_metric_value, md5_of
-from deployer.status_model import FAILED, OK, PENDING
+from deployer.monitoring import status
+from deployer.monitoring.check import FAILED, OK, PENDING
+from deployer.monitoring.checks_loaded import md5_metric_value, md5_of
+from deployer.monitoring.file_sd import Target
+from deployer.monitoring.status import Check, Endpoint, Peer, Replica, Response, StackExpectation
 
 P1, P2 = "http://10.0.0.21:9090", "http://10.0.0.22:9090"
 AMS = {"prom01": "10.0.0.21", "prom02": "10.0.0.22", "mon01": "10.0.0.23"}

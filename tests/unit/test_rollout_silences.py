@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from deployer.rollout.silences import (
+from deployer.monitoring.silences import (
     HttpAnswer,
     SilenceError,
     Silences,

@@ -14,12 +14,12 @@ import pytest
 from deployer.connection import ConnectionPool, ScriptedConnection
 from deployer.gpu import driver_record
 from deployer.hostaccess import HostAccess
+from deployer.monitoring import tier as monitoring_tier
+from deployer.monitoring.silences import HttpAnswer, Silences
 from deployer.results import RunReport, Status, TaskResult
-from deployer.rollout import monitoring
 from deployer.rollout.controller import LOADED_CHECK_TAG, Rollout, StepFailed
 from deployer.rollout.drain import SlurmDrain
 from deployer.rollout.options import RolloutOptions
-from deployer.rollout.silences import HttpAnswer, Silences
 from deployer.rollout.state import HostRecord, RunRecord, StateStore
 from deployer.session import DeploySession, RunOptions
 from tests.unit.slurmfake import FakeSlurm
@@ -62,7 +62,7 @@ def rollout(tmp_path, *, host_conn=None, drain_conn=None, silences=None, reboot=
             )
         },
         hook=SlurmDrain(),
-        tier=monitoring.MonitoringTier(),
+        tier=monitoring_tier.MonitoringTier(),
         session=DeploySession.load(RunOptions(inventory=inv), plan=False),
         drain_connection=lambda: drain_conn,
         silences=silences,

@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from deployer import dcgm_fields, file_sd, rule_pack
+from deployer import dcgm_fields, rule_pack
+from deployer.monitoring import file_sd
 from tests.reality import capture_text
 from tests.unit.test_rule_pack import promtool, render_rule_pack, role_defaults, run_promtool
 

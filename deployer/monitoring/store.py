@@ -37,9 +37,10 @@ from typing import Any
 
 import yaml
 
-from deployer import dcgm_fields, file_sd, remote_write
-from deployer.status_http import HTTP_TIMEOUT_S, Response
-from deployer.status_model import Check
+from deployer import dcgm_fields
+from deployer.monitoring import file_sd, remote_write
+from deployer.monitoring.check import Check
+from deployer.monitoring.http import HTTP_TIMEOUT_S, Response
 
 # url, headers -> Response
 Fetch = Callable[[str, Mapping[str, str]], Response]

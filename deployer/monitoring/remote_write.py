@@ -30,7 +30,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from deployer import file_sd
+from deployer.monitoring import file_sd
 
 # Prometheus' duration units (model.ParseDuration).
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
