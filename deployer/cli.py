@@ -388,12 +388,13 @@ def status(
     again, or use --wait.
     """
     from deployer.monitoring import status as stack
+    from deployer.monitoring.http import http_fetch
 
     exp = stack.load_expectation(inventory, list(extra_vars))
     pool = None if api_only else stack.open_hosts(exp)
     try:
         checks = stack.collect_until(
-            exp, stack.http_fetch, pool.get if pool is not None else None, wait_s=wait_s
+            exp, http_fetch, pool.get if pool is not None else None, wait_s=wait_s
         )
     finally:
         if pool is not None:

@@ -3,7 +3,7 @@ on its hosts.
 
 What should be running comes from the inventory and the roles' variables (``expect``). What is
 running comes from each daemon's HTTP API, fetched from the controller at the inventory hosts'
-addresses (``deployer.monitoring.http``), and from each host over SSH with the engine's own connection
+addresses (the one HTTP client, ``deployer.monitoring.http``), and from each host over SSH with the engine's own connection
 (host keys verified) and facts: the driver NVML loads on GPU hosts, the files each Prometheus and
 Alertmanager host has on disk. ``collect`` gathers everything once, in parallel, then judges it
 with pure functions, one row (``Check``, state ok/pending/failed) per thing checked. Each row
@@ -78,30 +78,17 @@ from deployer.monitoring.expect import (
     expect,
     load_expectation,
 )
-from deployer.monitoring.http import (
-    HTTP_TIMEOUT_S,
-    Fetch,
-    Response,
-    api_data,
-    get_json,
-    http_fetch,
-    query,
-    self_gauges,
-)
+from deployer.monitoring.http import Fetch, api_data, get_json, http_fetch, query, self_gauges
 
 __all__ = [
-    "HTTP_TIMEOUT_S",
     "Check",
     "Endpoint",
-    "Fetch",
     "Peer",
     "Replica",
-    "Response",
     "StackExpectation",
     "collect",
     "collect_until",
     "expect",
-    "http_fetch",
     "load_expectation",
 ]
 
@@ -586,12 +573,12 @@ def collect(
 ) -> list[Check]:
     """Every check of the running stack, in table order. ``hosts`` opens a connection to a host
     (None: the APIs only, no SSH); ``store_fetch`` is the long-term store's HTTP client (with
-    headers: its basic auth), ``store.http_fetch`` unless given."""
+    headers: its basic auth), ``http_fetch`` unless given."""
     from deployer.monitoring import store
 
     obs = _observe(exp, fetch, hosts, workers, forks)
     checks = judge(exp, obs, now=now(), with_hosts=hosts is not None)
-    stored = store.collect(exp.store, store_fetch or store.http_fetch)
+    stored = store.collect(exp.store, store_fetch or http_fetch)
     return checks + _thanos_checks(exp, fetch) + stored
 
 

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from deployer import dcgm_fields
 from deployer.monitoring import status
+from deployer.monitoring.http import Fetch
 from deployer.session import DeploySession
-
-Fetch = Callable[[str], status.Response]
 
 
 @dataclass

@@ -29,8 +29,8 @@ from deployer.connection import CommandResult, Connection, LocalConnection
 from deployer.errors import HostUnreachable
 from deployer.gpu.driver_record import DriverRecord, write_command
 from deployer.hostaccess import HostAccess, Interrupted, pause
-from deployer.monitoring import status
 from deployer.monitoring import tier as monitoring_tier
+from deployer.monitoring.http import Fetch, http_fetch
 from deployer.monitoring.silences import SilenceError, Silences, host_matchers, silence_payload
 from deployer.plan import PlannedTask
 from deployer.results import RunReport, Status, TaskResult
@@ -99,7 +99,7 @@ class Rollout:
     session: DeploySession
     drain_connection: Callable[[], Connection] = LocalConnection
     view: View = field(default_factory=View)
-    http_fetch: Callable[[str], status.Response] = status.http_fetch
+    http_fetch: Fetch = http_fetch
     silences: Silences | None = None
     clock: Clock = time.monotonic
     sleep: Callable[[float], None] | None = None  # None: wait on the stop event (Ctrl-C ends it)

@@ -28,12 +28,10 @@ from deployer.facts import gather
 from deployer.gpu import dcgmi, verify
 from deployer.hostaccess import HostAccess
 from deployer.monitoring import tier as monitoring_tier
-from deployer.monitoring.status import Response
+from deployer.monitoring.http import Fetch
 from deployer.rollout import hostops
 from deployer.rollout.host_targets import HostTarget, observed
 from deployer.rollout.options import Timeouts
-
-Fetch = Callable[[str], Response]
 
 
 def _check(checks: list[dict[str, Any]], name: str, problem: str | None, detail: str = "") -> None:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from deployer.monitoring import status
 from deployer.monitoring import tier as monitoring_tier
+from deployer.monitoring.http import http_fetch
 from tests.contract import standins
 from tests.reality import capture
 
@@ -62,7 +62,7 @@ def free_port() -> int:
 
 
 def query(base: str, promql: str) -> list:
-    r = status.http_fetch(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}")
+    r = http_fetch(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}")
     return r.json()["data"]["result"] if r.status == 200 else []
 
 
@@ -105,7 +105,7 @@ def prometheus(tmp_path_factory) -> str:
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r.node}-{r.driver}-{r.gpus}" for r in ROWS])
 def test_replica_sees_the_host_on_a_real_scrape(prometheus: str, row: Row):
     said = monitoring_tier.replica_sees(
-        status.http_fetch, prometheus, row.node, METRIC, row.driver, row.gpus
+        http_fetch, prometheus, row.node, METRIC, row.driver, row.gpus
     )
     assert said == row.says
 

@@ -164,7 +164,7 @@ LAYERS = [
     ["monitoring.status", "monitoring.expect", "monitoring.check", "monitoring.checks_driver",
      "monitoring.checks_gpus", "monitoring.checks_loaded", "monitoring.checks_scrape",
      "monitoring.store", "monitoring.slurm", "monitoring.slurm_state", "monitoring.rollouts",
-     "monitoring.silences", "monitoring.http",
+     "monitoring.silences",
      "rollout.drain", "rollout.state", "rollout.options", "rollout.batching"],
     ["session"],
     ["executor", "hostsession", "owed", "report"],
@@ -173,7 +173,8 @@ LAYERS = [
      "monitoring.dashboards"],  # what the grafana templates render
     ["gpu"],
     ["modules", "results"],
-    ["hostaccess", "boot", "facts", "connection"],
+    ["hostaccess", "boot", "facts", "connection",
+     "monitoring.http"],  # the one HTTP client: status, silences, the store, the dashboards' proof
     ["errors", "secrets", "booleans", "varformats", "yamlsrc", "memory", "dcgm_fields",
      "library_logs", "unsafe", "controller_secrets", "__init__"],
 ]  # fmt: skip

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from deployer.monitoring import store as ss
-from deployer.monitoring.status import Response
+from deployer.monitoring.http import Response
 
 STORE = ss.Store("mon01", "http://10.0.0.5:8428", "15s", "1y")
 WRITE_URL = "http://10.0.0.5:8428/api/v1/write"
