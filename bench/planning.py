@@ -159,7 +159,7 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     rendered = {job: file_sd.render(g) for job, g in groups.items()}
     stage("file_sd_generation", t)
 
-    # The replicas' remote_write section: queue sized from every target (deployer/remote_write.py).
+    # The replicas' remote_write section: queue sized from every target (deployer/monitoring/remote_write.py).
     t = start()
     from deployer.monitoring import remote_write
 

@@ -19,8 +19,8 @@ up in the WAL during a store outage (``prometheus_remote_write_catch_up``). The 
 README ("Long-term storage").
 
 The prometheus role's ``prometheus.yml.j2`` calls :func:`remote_write_section` (the template
-global ``remote_write_section``), so there is one implementation; tests/unit/test_remote_write.py
-checks it.
+global ``remote_write_section``), so there is one implementation;
+tests/unit/test_victoriametrics_role.py checks it.
 """
 
 from __future__ import annotations

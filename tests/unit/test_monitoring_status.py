@@ -1,8 +1,8 @@
 """The ``status`` table on canned answers: what is green, what is pending and what fails naming
 the host and the cause. The APIs answer like Prometheus 2.42 / Alertmanager 0.25 (shapes cited
-in deployer/status_*.py); the hosts answer like the product's read-only commands. Plus the HTTP
-fetch itself against a real local server, and the expectation built from an inventory through the
-roles' variables."""
+in deployer/monitoring/); the hosts answer like the product's read-only commands. Plus the
+expectation built from an inventory through the roles' variables (the HTTP client itself:
+tests/unit/test_monitoring_http.py)."""
 
 from __future__ import annotations
 
