@@ -121,9 +121,10 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
         path.write_text(inventory_yaml(n))
 
     t = start()
-    from deployer import file_sd, memory
+    from deployer import memory
     from deployer.gpu import preflight, rules
     from deployer.inventory import load_inventory
+    from deployer.monitoring import file_sd
     from deployer.plan import Planner
     from deployer.roles import Play
 
@@ -158,9 +159,9 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     rendered = {job: file_sd.render(g) for job, g in groups.items()}
     stage("file_sd_generation", t)
 
-    # The replicas' remote_write section: queue sized from every target (deployer/remote_write.py).
+    # The replicas' remote_write section: queue sized from every target (deployer/monitoring/remote_write.py).
     t = start()
-    from deployer import remote_write
+    from deployer.monitoring import remote_write
 
     queue = remote_write.queue_config(prom_vars, remote_write.samples_per_second(prom_vars))
     stage("remote_write_sizing", t)

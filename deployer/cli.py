@@ -358,7 +358,7 @@ def inventory(
 @input_errors_exit_2
 def targets(inventory: Path, limit: str | None, extra_vars: tuple[str, ...], output: str) -> None:
     """Regenerate and push only the Prometheus file_sd targets files (no reload needed)."""
-    from deployer import targets as file_sd_targets
+    from deployer.monitoring import targets as file_sd_targets
 
     session = file_sd_targets.load_session(
         RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars))
@@ -396,13 +396,14 @@ def status(
     something is still pending (a replica that just started has not scraped everything yet): run
     again, or use --wait.
     """
-    from deployer import status as stack
+    from deployer.monitoring import status as stack
+    from deployer.monitoring.http import http_fetch
 
     exp = stack.load_expectation(inventory, list(extra_vars))
     pool = None if api_only else stack.open_hosts(exp)
     try:
         checks = stack.collect_until(
-            exp, stack.http_fetch, pool.get if pool is not None else None, wait_s=wait_s
+            exp, http_fetch, pool.get if pool is not None else None, wait_s=wait_s
         )
     finally:
         if pool is not None:

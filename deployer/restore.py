@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import InputError
-from deployer.file_sd import truthy
+from deployer.monitoring.file_sd import truthy
 from deployer.secrets import mask_text
 
 HEALTH_WAIT_S = 180
@@ -165,7 +165,7 @@ def plan(host: str, variables: Mapping[str, Any], given_source: str | None = Non
 
 def _seconds(duration: Any) -> int:
     """A systemd time span as the role writes it (``6h``, ``90m``, ``3600``) in seconds."""
-    from deployer.remote_write import seconds
+    from deployer.monitoring.remote_write import seconds
 
     text = str(duration).strip()
     return int(text) if text.isdigit() else int(seconds(text))

@@ -18,9 +18,10 @@ import jinja2
 import yaml
 from jinja2 import StrictUndefined
 
-from deployer import alertmanager_config, dcgm_fields, file_sd, remote_write, rule_pack
+from deployer import alertmanager_config, dcgm_fields, rule_pack
 from deployer.booleans import truthy
 from deployer.errors import InputError
+from deployer.monitoring import file_sd, remote_write
 from deployer.secrets import MASK, is_secret_path
 from deployer.unsafe import UnsafeText
 
@@ -76,11 +77,11 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
         basename=lambda p: str(p).rsplit("/", 1)[-1],
         dirname=lambda p: str(p).rsplit("/", 1)[0] if "/" in str(p) else "",
     )
-    # The prometheus role's targets files (file_sd.json.j2) come from deployer/file_sd.py itself.
+    # The prometheus role's targets files (file_sd.json.j2) come from deployer/monitoring/file_sd.py itself.
     env.globals["file_sd_targets_file"] = jinja2.pass_context(
         lambda context, job: file_sd.targets_file(context.parent, job)
     )
-    # The replica's default cluster: the one the hosts it scrapes name (deployer/file_sd.py).
+    # The replica's default cluster: the one the hosts it scrapes name (deployer/monitoring/file_sd.py).
     env.globals["file_sd_common_cluster"] = jinja2.pass_context(
         lambda context, fallback: file_sd.common_cluster(context.parent, fallback)
     )
@@ -117,7 +118,7 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
     env.globals["grafana_provisioning"] = jinja2.pass_context(
         lambda context, kind: _dashboards().provisioning_document(view(context), kind)
     )
-    # The prometheus role's remote_write section (prometheus.yml.j2), from deployer/remote_write.py.
+    # The prometheus role's remote_write section (prometheus.yml.j2), from deployer/monitoring/remote_write.py.
     env.globals["remote_write_section"] = jinja2.pass_context(
         lambda context: remote_write.remote_write_section(context.parent)
     )

@@ -19,13 +19,14 @@ from typing import Any, TextIO
 
 from deployer.connection import Connection, LocalConnection
 from deployer.errors import InputError
-from deployer.rollout import drain, monitoring
+from deployer.monitoring import tier as monitoring_tier
+from deployer.monitoring.silences import host_matchers
+from deployer.rollout import drain
 from deployer.rollout.batching import plan_batches
 from deployer.rollout.controller import Rollout, initial_record_skips
 from deployer.rollout.drain import DrainHook, DrainStateError, make_hook, node_name
 from deployer.rollout.host_targets import Preflight, run_preflight
 from deployer.rollout.options import RolloutOptions
-from deployer.rollout.silences import host_matchers
 from deployer.rollout.state import HostRecord, RunRecord, StateStore, new_run_id
 from deployer.rollout.view import LiveView, plan_text, report
 from deployer.session import DeploySession, RunOptions
@@ -260,7 +261,7 @@ def upgrade_driver(
             _print_refusals(pre, err)
             return EXIT_INPUT
         opener = _drain_connection(session, options.drain_host)
-        tier = monitoring.load(session)
+        tier = monitoring_tier.load(session)
         if record is None:
             record = _new_record(req, options, pre, hook, opener)
         for h, why in pre.unreachable.items():

@@ -24,19 +24,21 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from deployer import boot, status
+from deployer import boot
 from deployer.connection import CommandResult, Connection, LocalConnection
 from deployer.errors import HostUnreachable
 from deployer.gpu.driver_record import DriverRecord, write_command
 from deployer.hostaccess import HostAccess, Interrupted, pause
+from deployer.monitoring import tier as monitoring_tier
+from deployer.monitoring.http import Fetch, http_fetch
+from deployer.monitoring.silences import SilenceError, Silences, host_matchers, silence_payload
 from deployer.plan import PlannedTask
 from deployer.results import RunReport, Status, TaskResult
 from deployer.roles import Play
-from deployer.rollout import batching, drain, hostops, monitoring
+from deployer.rollout import batching, drain, hostops
 from deployer.rollout.drain import DrainHook, DrainStateError, NodeState, node_name
 from deployer.rollout.host_targets import GPU_ROLES, HostTarget
 from deployer.rollout.options import RolloutOptions, Timeouts, target_overrides
-from deployer.rollout.silences import SilenceError, Silences, host_matchers, silence_payload
 from deployer.rollout.state import FAILED, SKIPPED, TERMINAL, RunRecord, StateStore, next_step
 from deployer.rollout.validation import validate
 from deployer.session import DeploySession
@@ -93,11 +95,11 @@ class Rollout:
     store: StateStore
     targets: dict[str, HostTarget]
     hook: DrainHook
-    tier: monitoring.MonitoringTier
+    tier: monitoring_tier.MonitoringTier
     session: DeploySession
     drain_connection: Callable[[], Connection] = LocalConnection
     view: View = field(default_factory=View)
-    http_fetch: Callable[[str], status.Response] = status.http_fetch
+    http_fetch: Fetch = http_fetch
     silences: Silences | None = None
     clock: Clock = time.monotonic
     sleep: Callable[[float], None] | None = None  # None: wait on the stop event (Ctrl-C ends it)

@@ -27,12 +27,11 @@ from typing import Any
 from deployer.facts import gather
 from deployer.gpu import dcgmi, verify
 from deployer.hostaccess import HostAccess
-from deployer.rollout import hostops, monitoring
+from deployer.monitoring import tier as monitoring_tier
+from deployer.monitoring.http import Fetch
+from deployer.rollout import hostops
 from deployer.rollout.host_targets import HostTarget, observed
 from deployer.rollout.options import Timeouts
-from deployer.status import Response
-
-Fetch = Callable[[str], Response]
 
 
 def _check(checks: list[dict[str, Any]], name: str, problem: str | None, detail: str = "") -> None:
@@ -46,7 +45,7 @@ def validate(
     want: str,
     expected_uuids: set[str],
     diag_level: int,
-    tier: monitoring.MonitoringTier,
+    tier: monitoring_tier.MonitoringTier,
     fetch: Fetch,
     timeouts: Timeouts,
     detail: Callable[[str], None],
@@ -190,7 +189,7 @@ def _prometheus(
     host: HostAccess,
     target: HostTarget,
     want: str,
-    tier: monitoring.MonitoringTier,
+    tier: monitoring_tier.MonitoringTier,
     fetch: Fetch,
     timeout_s: int,
     detail: Callable[[str], None],
@@ -199,7 +198,7 @@ def _prometheus(
     while True:
         problems = []
         for name, base in tier.replicas:
-            why = monitoring.replica_sees(
+            why = monitoring_tier.replica_sees(
                 fetch, base, host.host, tier.gpu_metric, want, target.gpu_count
             )
             if why is not None:

@@ -1,4 +1,4 @@
-"""The rollout's Prometheus check (deployer/rollout/monitoring.replica_sees, called by validation)
+"""The rollout's Prometheus check (deployer/monitoring/tier.py: replica_sees, called by validation)
 against a real Prometheus that scrapes the real dcgm-exporter captures.
 
 Each capture is served at /metrics by a loopback HTTP server and scraped every second by this
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from deployer import status
-from deployer.rollout import monitoring
+from deployer.monitoring import tier as monitoring_tier
+from deployer.monitoring.http import http_fetch
 from tests.contract import standins
 from tests.reality import capture
 
@@ -62,7 +62,7 @@ def free_port() -> int:
 
 
 def query(base: str, promql: str) -> list:
-    r = status.http_fetch(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}")
+    r = http_fetch(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}")
     return r.json()["data"]["result"] if r.status == 200 else []
 
 
@@ -104,8 +104,8 @@ def prometheus(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r.node}-{r.driver}-{r.gpus}" for r in ROWS])
 def test_replica_sees_the_host_on_a_real_scrape(prometheus: str, row: Row):
-    said = monitoring.replica_sees(
-        status.http_fetch, prometheus, row.node, METRIC, row.driver, row.gpus
+    said = monitoring_tier.replica_sees(
+        http_fetch, prometheus, row.node, METRIC, row.driver, row.gpus
     )
     assert said == row.says
 

@@ -16,8 +16,8 @@ import pytest
 
 from deployer.connection import CommandResult
 from deployer.facts import parse_facts
-from deployer.status_driver import driver_check
-from deployer.status_model import FAILED
+from deployer.monitoring.check import FAILED
+from deployer.monitoring.checks_driver import driver_check
 from tests.reality import capture_text
 
 MISMATCH = "driver-misc/nvidia-smi-mismatch.txt"

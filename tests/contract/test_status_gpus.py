@@ -20,7 +20,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from deployer.status_gpus import gpu_query, gpus_by_node, presence_metric
+from deployer.monitoring.checks_gpus import gpu_query, gpus_by_node, presence_metric
 from tests.reality import capture_text
 
 A800_MIG = "dcgm-exporter-metrics/a800_mig_535.129.03_excerpt.metrics"

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from deployer.lab import Lab, s3
-from deployer.status_store import http_fetch
+from deployer.monitoring.http import http_fetch
 from tests.integration.labtools import lab_named_by, run_cli, wait_until
 
 pytestmark = pytest.mark.lab

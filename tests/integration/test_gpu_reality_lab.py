@@ -43,7 +43,7 @@ import pytest
 from deployer import dcgm_fields, rule_pack
 from deployer.errors import InputError
 from deployer.lab import Lab
-from deployer.status import http_fetch
+from deployer.monitoring.http import http_fetch
 from tests.integration.labtools import (
     CLI,
     WebhookReceiver,

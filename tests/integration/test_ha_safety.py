@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from deployer.lab import Lab
-from deployer.status import http_fetch
+from deployer.monitoring.http import http_fetch
 from tests.integration.labtools import infra, lab_named_by, run_cli, wait_until, write_ssh_config
 
 pytestmark = pytest.mark.lab

@@ -35,7 +35,7 @@ import yaml
 
 from deployer import rule_pack
 from deployer.lab import Lab
-from deployer.status import http_fetch
+from deployer.monitoring.http import http_fetch
 from tests.integration.labtools import (
     WebhookReceiver,
     alerting_vars,

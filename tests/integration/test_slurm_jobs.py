@@ -33,7 +33,7 @@ import pytest
 
 from deployer.lab import Lab
 from deployer.lab import slurm as labslurm
-from deployer.status import http_fetch
+from deployer.monitoring.http import http_fetch
 from tests.integration import labtools
 from tests.integration.labtools import lab_named_by, run_cli
 

@@ -150,7 +150,7 @@ def test_no_caller_sets_a_context_on_the_planner():
 def test_no_task_is_found_by_its_name_nor_an_error_by_its_message():
     """Between layers pass data: the rollout and the monitoring tier know a task by its tags and
     an empty tier by its data, never by a substring of a name or a message."""
-    for name in ("deployer.rollout.controller", "deployer.rollout.monitoring"):
+    for name in ("deployer.rollout.controller", "deployer.monitoring.tier"):
         text = MODULES[name].read_text()
         assert " in t.task" not in text and "in exc.message" not in text, name
 
@@ -158,19 +158,23 @@ def test_no_task_is_found_by_its_name_nor_an_error_by_its_message():
 # docs/architecture.md's layers, top first: a module imports only from its own layer and below.
 LAYERS = [
     ["cli", "lab"],
-    ["rollout", "targets", "unverified", "restore", "init_inventory"],
+    ["rollout", "unverified", "restore", "init_inventory", "monitoring.targets", "monitoring.tier"],
     # status reads what a rollout leaves on disk and on Slurm nodes: the rollout's leaf modules of
     # state, options and drain naming sit in status' layer (they import only errors)
-    ["status", "status_driver", "status_expect", "status_gpus", "status_http", "status_loaded",
-     "status_model", "status_scrape", "status_store", "status_slurm", "status_rollouts", "slurm_state",
+    ["monitoring.status", "monitoring.expect", "monitoring.check", "monitoring.checks_driver",
+     "monitoring.checks_gpus", "monitoring.checks_loaded", "monitoring.checks_scrape",
+     "monitoring.store", "monitoring.slurm", "monitoring.slurm_state", "monitoring.rollouts",
+     "monitoring.silences",
      "rollout.drain", "rollout.state", "rollout.options", "rollout.batching"],
     ["session"],
     ["executor", "hostsession", "owed", "report"],
-    ["plan", "roles", "templating", "file_sd", "hostpattern", "inventory", "rule_pack",
-     "alertmanager_config", "remote_write", "monitoring.dashboards"],  # dashboards: what the grafana templates render
+    ["plan", "roles", "templating", "hostpattern", "inventory", "rule_pack", "alertmanager_config",
+     "monitoring.file_sd", "monitoring.remote_write",  # what the prometheus templates render
+     "monitoring.dashboards"],  # what the grafana templates render
     ["gpu"],
     ["modules", "results"],
-    ["hostaccess", "boot", "facts", "connection"],
+    ["hostaccess", "boot", "facts", "connection",
+     "monitoring.http"],  # the one HTTP client: status, silences, the store, the dashboards' proof
     ["errors", "secrets", "booleans", "varformats", "yamlsrc", "memory", "dcgm_fields",
      "library_logs", "unsafe", "controller_secrets", "__init__"],
 ]  # fmt: skip

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from deployer import booleans, file_sd
+from deployer import booleans
 from deployer.errors import InputError
 from deployer.gpu import gpu_plan, version_plan
 from deployer.modules.accounts import Group
 from deployer.modules.base import ArgError
+from deployer.monitoring import file_sd
 from deployer.templating import Renderer, make_environment
 
 # ansible/ansible lib/ansible/module_utils/parsing/convert_bool.py, BOOLEANS_TRUE / _FALSE

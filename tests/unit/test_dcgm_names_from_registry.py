@@ -2,7 +2,7 @@
 (``deployer.dcgm_fields.metric(key)``), so that a DCGM rename is one edit there: no string of
 gpumon-deploy's own code spells a ``DCGM_FI_*`` / ``DCGM_EXP_*`` name, docstrings and comments
 aside. Exempt: the registry itself, the lab's GPU simulator (which prints what NVIDIA's tools
-print, per version) and ``deployer/status.py`` (being rewritten by its owner this round)."""
+print, per version)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 DEPLOYER = Path(__file__).resolve().parents[2] / "deployer"
-EXEMPT_FILES = ("dcgm_fields.py", "status.py")
+EXEMPT_FILES = ("dcgm_fields.py",)
 EXEMPT_DIR = "lab/gpusim/"
 NAME = re.compile(r"DCGM_(?:FI|EXP)_[A-Z0-9_]+")
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from deployer import file_sd
-from deployer.file_sd import Target
+from deployer.monitoring import file_sd
+from deployer.monitoring.file_sd import Target
 from deployer.session import DeploySession, RunOptions
 
 DEFAULTS = yaml.safe_load(
@@ -251,7 +251,7 @@ def test_targets_files_are_the_only_tasks_tagged_targets(tmp_path):
 def test_targets_command_converges_only_the_replicas_narrowed_by_limit(tmp_path):
     # The replicas are the Prometheus play's hosts, narrowed by --limit as a set (a pattern
     # built as "prometheus:&LIMIT" broke on "prom01,prom02": tests/unit/test_targets.py).
-    from deployer.targets import load_session
+    from deployer.monitoring.targets import load_session
 
     (tmp_path / "inventory.yml").write_text(INVENTORY)
 

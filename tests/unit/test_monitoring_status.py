@@ -1,32 +1,29 @@
 """The ``status`` table on canned answers: what is green, what is pending and what fails naming
 the host and the cause. The APIs answer like Prometheus 2.42 / Alertmanager 0.25 (shapes cited
-in deployer/status_*.py); the hosts answer like the product's read-only commands. Plus the HTTP
-fetch itself against a real local server, and the expectation built from an inventory through the
-roles' variables."""
+in deployer/monitoring/); the hosts answer like the product's read-only commands. Plus the
+expectation built from an inventory through the roles' variables (the HTTP client itself:
+tests/unit/test_monitoring_http.py)."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import re
-import socket
-import threading
 import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from deployer import status
 from deployer.connection import ScriptedConnection
 from deployer.errors import HostUnreachable, InputError
 from deployer.facts import FACTS_SCRIPT
-from deployer.file_sd import Target
-from deployer.status import Check, Endpoint, Peer, Replica, Response, StackExpectation
-from deployer.status_loaded import md5_metric_value, md5_of
-from deployer.status_model import FAILED, OK, PENDING
+from deployer.monitoring import status
+from deployer.monitoring.check import FAILED, OK, PENDING
+from deployer.monitoring.checks_loaded import md5_metric_value, md5_of
+from deployer.monitoring.file_sd import Target
+from deployer.monitoring.http import Response
+from deployer.monitoring.status import Check, Endpoint, Peer, Replica, StackExpectation
 
 P1, P2 = "http://10.0.0.21:9090", "http://10.0.0.22:9090"
 AMS = {"prom01": "10.0.0.21", "prom02": "10.0.0.22", "mon01": "10.0.0.23"}
@@ -743,44 +740,6 @@ def test_json_names_failures_and_pending_with_their_state(stack):
     assert text.splitlines()[0].split()[:4] == ["COMPONENT", "HOST", "CHECK", "RESULT"]
     assert any("prom02" in ln and "FAILED" in ln for ln in text.splitlines())
     assert any("mon01" in ln and "PENDING" in ln for ln in text.splitlines())
-
-
-# ---------------------------------------------------------------- HTTP for real (loopback only)
-
-
-@pytest.fixture
-def local_server() -> Iterator[str]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            code = 200 if self.path == "/-/ready" else 503
-            body = b"ready" if code == 200 else b"not ready"
-            self.send_response(code)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def test_http_fetch_returns_status_and_body(local_server):
-    assert status.http_fetch(f"{local_server}/-/ready") == Response(200, "ready")
-    assert status.http_fetch(f"{local_server}/other").status == 503
-
-
-def test_http_fetch_reports_no_answer_without_raising():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    r = status.http_fetch(f"http://127.0.0.1:{port}/-/ready", timeout=2)
-    assert r.status == 0 and r.error is not None and "no answer" in r.error
 
 
 # ---------------------------------------------------------------- expectation from an inventory

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from deployer.errors import HostUnreachable
-from deployer.rollout import monitoring
+from deployer.monitoring import tier as monitoring_tier
 from deployer.rollout.controller import Rollout, StepFailed
 from deployer.rollout.drain import NoDrain
 from deployer.rollout.options import RolloutOptions
@@ -104,7 +104,7 @@ def make(tmp_path: Path, batches, *, max_unavailable=2, max_failures=1, canary=1
         store=store,
         targets={},
         hook=NoDrain(),
-        tier=monitoring.MonitoringTier(),
+        tier=monitoring_tier.MonitoringTier(),
         session=DeploySession.load(RunOptions(inventory=inv), plan=False),
     )
 

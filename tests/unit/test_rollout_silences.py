@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from deployer.rollout.silences import (
-    HttpAnswer,
+from deployer.monitoring.http import Response
+from deployer.monitoring.silences import (
     SilenceError,
     Silences,
     host_matchers,
@@ -25,26 +25,26 @@ class FakeAM:
         self.silences: dict[str, dict] = {}
         self.calls: list[tuple[str, str]] = []
 
-    def __call__(self, method: str, url: str, body: bytes | None) -> HttpAnswer:
+    def __call__(self, method: str, url: str, body: bytes | None) -> Response:
         self.calls.append((method, url))
         peer = url.split("/api/")[0]
         if peer in self.down:
-            return HttpAnswer(0, error="connection refused")
+            return Response(0, error="connection refused")
         if method == "POST":
             sid = f"s{len(self.silences) + 1}"
             self.silences[sid] = {**json.loads(body), "id": sid, "status": {"state": "active"}}
-            return HttpAnswer(200, json.dumps({"silenceID": sid}))
+            return Response(200, json.dumps({"silenceID": sid}))
         if method == "GET" and url.endswith("/api/v2/silences"):
-            return HttpAnswer(200, json.dumps(list(self.silences.values())))
+            return Response(200, json.dumps(list(self.silences.values())))
         sid = url.rsplit("/", 1)[1]
         if sid not in self.silences:
-            return HttpAnswer(404, "not found")
+            return Response(404, "not found")
         if method == "GET":
-            return HttpAnswer(200, json.dumps(self.silences[sid]))
+            return Response(200, json.dumps(self.silences[sid]))
         if self.silences[sid]["status"]["state"] == "expired":
-            return HttpAnswer(500, "silence already expired")
+            return Response(500, "silence already expired")
         self.silences[sid]["status"]["state"] = "expired"
-        return HttpAnswer(200, "")
+        return Response(200, "")
 
 
 PEERS = ["http://am1:9093", "http://am2:9093", "http://am3:9093"]

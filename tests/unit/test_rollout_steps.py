@@ -14,12 +14,13 @@ import pytest
 from deployer.connection import ConnectionPool, ScriptedConnection
 from deployer.gpu import driver_record
 from deployer.hostaccess import HostAccess
+from deployer.monitoring import tier as monitoring_tier
+from deployer.monitoring.http import Response
+from deployer.monitoring.silences import Silences
 from deployer.results import RunReport, Status, TaskResult
-from deployer.rollout import monitoring
 from deployer.rollout.controller import LOADED_CHECK_TAG, Rollout, StepFailed
 from deployer.rollout.drain import SlurmDrain
 from deployer.rollout.options import RolloutOptions
-from deployer.rollout.silences import HttpAnswer, Silences
 from deployer.rollout.state import HostRecord, RunRecord, StateStore
 from deployer.session import DeploySession, RunOptions
 from tests.unit.slurmfake import FakeSlurm
@@ -62,7 +63,7 @@ def rollout(tmp_path, *, host_conn=None, drain_conn=None, silences=None, reboot=
             )
         },
         hook=SlurmDrain(),
-        tier=monitoring.MonitoringTier(),
+        tier=monitoring_tier.MonitoringTier(),
         session=DeploySession.load(RunOptions(inventory=inv), plan=False),
         drain_connection=lambda: drain_conn,
         silences=silences,
@@ -141,10 +142,10 @@ class AM:
             self.posts += 1
             sil = {**json.loads(body), "id": f"s{self.posts}", "status": {"state": "active"}}
             self.silences.append(sil)
-            return HttpAnswer(200, json.dumps({"silenceID": sil["id"]}))
+            return Response(200, json.dumps({"silenceID": sil["id"]}))
         if method == "GET" and url.endswith("/silences"):
-            return HttpAnswer(200, json.dumps(self.silences))
-        return HttpAnswer(200, "")
+            return Response(200, json.dumps(self.silences))
+        return Response(200, "")
 
 
 def test_silencing_twice_creates_each_silence_once(tmp_path):

@@ -16,7 +16,8 @@ import pytest
 
 from deployer.connection import CommandResult
 from deployer.gpu import verify
-from deployer.rollout import hostops, monitoring, validation
+from deployer.monitoring import tier as monitoring_tier
+from deployer.rollout import hostops, validation
 from deployer.rollout.options import Timeouts
 
 PROBE_OK = """\
@@ -86,7 +87,7 @@ def validate(host: FakeHost) -> tuple[list[str], list[dict]]:
         want="595.45.04",
         expected_uuids={"GPU-aaa", "GPU-bbb"},
         diag_level=0,
-        tier=monitoring.MonitoringTier(),
+        tier=monitoring_tier.MonitoringTier(),
         fetch=lambda url: None,  # type: ignore[arg-type,return-value]
         timeouts=Timeouts(),
         detail=lambda text: None,

@@ -2,7 +2,7 @@
 the captures in ``../shared/gpu_reality_fixtures/dcgm-exporter-metrics/``.
 
 Each input series is a line of a real scrape (metric name and every exporter label as captured),
-plus the target labels gpumon's file_sd gives that host (``deployer/file_sd.py``: job, instance,
+plus the target labels gpumon's file_sd gives that host (``deployer/monitoring/file_sd.py``: job, instance,
 node, cluster, ...), as Prometheus stores it. Where a test needs a value the capture does not have
 (a hot GPU, an XID), only the value changes, or a series of another field is given the label set
 of a captured series of the same entity (said at each place). Exporter versions: the captures are
@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from deployer import dcgm_fields, file_sd, rule_pack
+from deployer import dcgm_fields, rule_pack
+from deployer.monitoring import file_sd
 from tests.reality import capture_text
 from tests.unit.test_rule_pack import promtool, render_rule_pack, role_defaults, run_promtool
 

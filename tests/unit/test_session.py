@@ -47,9 +47,9 @@ def test_each_hosts_context_reaches_only_that_hosts_plan(tmp_path):
 
 
 def test_an_inventory_without_a_monitoring_tier_gives_an_empty_one_by_data(tmp_path):
-    from deployer.rollout import monitoring
+    from deployer.monitoring import tier as monitoring_tier
 
     inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}})
     session = DeploySession.load(RunOptions(inventory=inv), plan=False)
-    tier = monitoring.load(session)
+    tier = monitoring_tier.load(session)
     assert not tier.exists and tier.alertmanagers == [] and tier.replicas == []

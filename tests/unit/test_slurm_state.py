@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from deployer import slurm_state
-from deployer.slurm_state import (
+from deployer.monitoring import slurm_state
+from deployer.monitoring.slurm_state import (
     SlurmParseError,
     expand_hostlist,
     parse_elapsed,

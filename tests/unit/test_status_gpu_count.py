@@ -2,9 +2,9 @@
 series per GPU instance, each carrying the parent GPU's UUID (the real 8xA800 scrape: GPU 0 in
 MIG mode with 3 instances, GPU 1 not, is 2 GPUs and 4 series of DCGM_FI_DEV_GPU_TEMP).
 
-The query status sends (``status_gpus.gpu_query``) is evaluated by promtool over the captured
+The query status sends (``checks_gpus.gpu_query``) is evaluated by promtool over the captured
 scrape's series as Prometheus stores them, and its answer counted as status counts it
-(``status_gpus.gpus_by_node``), so the test judges what Prometheus answers, not the query's text."""
+(``checks_gpus.gpus_by_node``), so the test judges what Prometheus answers, not the query's text."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from deployer import status_gpus
+from deployer.monitoring import checks_gpus
 from tests.unit.test_rule_pack import promtool, run_promtool
 from tests.unit.test_rule_pack_reality import A800, H100, stored, target_labels
 
@@ -23,8 +23,8 @@ def count_per_node(promtool_path: str, tmp_path: Path, capture: str, node: str, 
     """Assert through promtool that status's query answers one series per GPU of ``node`` (``want``
     of them) over the captured scrape's GPU temperature series, and that status counts ``want``
     GPUs from that answer; the number of captured series back."""
-    metric = status_gpus.presence_metric()
-    query = status_gpus.gpu_query(metric, since=0.0)
+    metric = checks_gpus.presence_metric()
+    query = checks_gpus.gpu_query(metric, since=0.0)
     series = stored(capture, target_labels(node, cluster="lab"), only={metric})
     uuids = sorted({s["series"].split('UUID="')[1].split('"')[0] for s in series})
     assert len(uuids) == want
@@ -43,7 +43,7 @@ def count_per_node(promtool_path: str, tmp_path: Path, capture: str, node: str, 
     result = run_promtool(promtool_path, "test", "rules", path)
     assert result.returncode == 0, result.stdout + result.stderr
     answer = [{"metric": {"node": node, "UUID": u}, "value": [300, "1"]} for u in uuids]
-    assert status_gpus.gpus_by_node(answer) == ({node: want}, {})
+    assert checks_gpus.gpus_by_node(answer) == ({node: want}, {})
     return len(series)
 
 

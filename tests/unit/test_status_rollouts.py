@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from deployer.monitoring.rollouts import lock_held, run_info
 from deployer.rollout.state import LOCK_FILE, STATE_FILE
-from deployer.status_rollouts import lock_held, run_info
 
 RUN = "20261201T113000Z-580.126.20-ab12"
 

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from deployer import status, status_slurm
 from deployer.connection import ScriptedConnection
 from deployer.errors import HostUnreachable, InputError
-from deployer.status_http import Response
-from deployer.status_model import FAILED, OK
-from deployer.status_rollouts import HostStep, RunInfo
-from deployer.status_slurm import (
+from deployer.monitoring import slurm, status
+from deployer.monitoring.check import FAILED, OK
+from deployer.monitoring.http import Response
+from deployer.monitoring.rollouts import HostStep, RunInfo
+from deployer.monitoring.slurm import (
     GpuUse,
     SlurmExpectation,
     SlurmNode,
@@ -305,7 +305,7 @@ def test_a_node_without_any_gpu_metrics_is_not_compared_saying_why():
 
 
 def test_a_node_whose_slurm_gres_are_mig_instances_is_not_compared_by_index():
-    view = status_slurm.slurm_state.view(
+    view = slurm.slurm_state.view(
         "tux1|mixed|Unknown|Unknown|none\n",
         "NodeName=tux1 Gres=gpu:a100:1,gpu:a100_3g.20gb:2 GresUsed=gpu:a100:0(IDX:N/A),gpu:a100_3g.20gb:1(IDX:2)\n",
         "",
@@ -316,7 +316,7 @@ def test_a_node_whose_slurm_gres_are_mig_instances_is_not_compared_by_index():
 
 
 def test_with_counts_only_more_gpus_busy_than_allocated_fails():
-    view = status_slurm.slurm_state.view(
+    view = slurm.slurm_state.view(
         "n1|mixed|Unknown|Unknown|none\n",
         "NodeName=n1 Gres=gpu:a100:4 GresUsed=gpu:a100:1 State=MIXED\n",
         "",
@@ -385,7 +385,7 @@ class Replicas:
 def slurm_host(scenario: str) -> ScriptedConnection:
     conn = ScriptedConnection(name="mon01")
     for cmd, key in zip(
-        status_slurm.slurm_state.COMMANDS, ("sinfo", "nodes", "squeue", "jobs"), strict=True
+        slurm.slurm_state.COMMANDS, ("sinfo", "nodes", "squeue", "jobs"), strict=True
     ):
         conn.on(cmd, stdout=capture(scenario, key))
     return conn
@@ -401,7 +401,7 @@ def test_slurm_is_read_with_read_only_commands_on_the_slurm_host_s_pooled_connec
 
     obs = observe(expectation("gpu01"), [], Replicas({}), hosts, state_root=tmp_path)
     assert opened == ["mon01"]
-    assert conn.commands == list(status_slurm.slurm_state.COMMANDS)
+    assert conn.commands == list(slurm.slurm_state.COMMANDS)
     assert all(re.match(r"(sinfo|scontrol show|squeue) ", c) for c in conn.commands)
     assert obs.views["mon01"].gpus["gpu01"].allocated_indexes == {2}
 
@@ -415,7 +415,7 @@ def test_a_failing_slurm_command_is_the_read_error_naming_it(tmp_path):
     conn.on("", stdout="")
     obs = observe(expectation("gpu01"), [], Replicas({}), lambda h: conn, state_root=tmp_path)
     assert obs.views["mon01"] == (
-        f"`{status_slurm.slurm_state.SQUEUE}` exited 1: slurm_load_jobs error: Unable to contact "
+        f"`{slurm.slurm_state.SQUEUE}` exited 1: slurm_load_jobs error: Unable to contact "
         "slurm controller (connect failure)"
     )
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployer.status_slurm import FB_RECORD, UTIL_RECORD, usage_queries
+from deployer.monitoring.slurm import FB_RECORD, UTIL_RECORD, usage_queries
 from tests.unit.test_rule_pack_reality import (
     A800,
     GPU_HOST,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from deployer import status_store as ss
-from deployer.status import Response
+from deployer.monitoring import store as ss
+from deployer.monitoring.http import Response
 
 STORE = ss.Store("mon01", "http://10.0.0.5:8428", "15s", "1y")
 WRITE_URL = "http://10.0.0.5:8428/api/v1/write"

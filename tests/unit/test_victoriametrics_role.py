@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deployer import remote_write
+from deployer.monitoring import remote_write
 from deployer.plan import PlannedTask
 from deployer.roles import load_site
 from deployer.session import DEFAULT_SITE, DeploySession, RunOptions

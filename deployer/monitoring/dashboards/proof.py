@@ -9,15 +9,15 @@ of a generated dashboard, so tests and ``render`` see what a person would see in
 
 from __future__ import annotations
 
-import json
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from deployer.monitoring.http import http_fetch
+from deployer.secrets import mask_text
 
 _LEGEND_LABEL = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::[a-z]+)?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -125,23 +125,25 @@ class QueryError(RuntimeError):
 
 @dataclass
 class Prometheus:
-    """The Prometheus HTTP API at ``url`` (a replica, VictoriaMetrics or Thanos Query)."""
+    """The Prometheus HTTP API at ``url`` (a replica, VictoriaMetrics or Thanos Query), asked
+    through the one HTTP client (``deployer.monitoring.http``)."""
 
     url: str
     timeout: float = 20.0
 
     def _get(self, path: str, params: Mapping[str, str]) -> Any:
         full = f"{self.url.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        r = http_fetch(full, timeout=self.timeout)
+        what = f"{path} {params.get('query', '')}"
+        if r.error is not None:
+            raise QueryError(r.error)
+        if not 200 <= r.status < 300:
+            raise QueryError(mask_text(f"{what}: HTTP {r.status}: {r.body}"))
         try:
-            with opener.open(full, timeout=self.timeout) as resp:
-                body = json.loads(resp.read().decode("utf-8"))
-        except urllib.error.HTTPError as exc:
-            text = exc.read().decode("utf-8", "replace")
-            raise QueryError(f"{path} {params.get('query', '')}: HTTP {exc.code}: {text}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise QueryError(f"no answer from {self.url}: {exc}") from None
-        if body.get("status") != "success":
+            body = r.json()
+        except ValueError:
+            raise QueryError(f"{what}: not JSON from {self.url}") from None
+        if not isinstance(body, dict) or body.get("status") != "success":
             raise QueryError(f"{params.get('query', '')}: {body}")
         return body["data"]
 

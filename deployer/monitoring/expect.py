@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployer import file_sd
 from deployer.connection import SSHTarget
 from deployer.errors import InputError
-from deployer.file_sd import Target, truthy
-from deployer.status_gpus import presence_metric
+from deployer.monitoring import file_sd
+from deployer.monitoring.checks_gpus import presence_metric
+from deployer.monitoring.file_sd import Target, truthy
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,10 @@ class StackExpectation:
     thanos_queries: list[Endpoint] = field(default_factory=list)
     thanos_stores: list[str] = field(default_factory=list)  # sidecar gRPC host:port
     ssh: dict[str, SSHTarget] = field(default_factory=dict)  # how to reach each host above
-    slurm: Any = None  # status_slurm.SlurmExpectation when a GPU host sets gpumon_scheduler
-    store: Any = None  # status_store.StoreExpectation: long-term store, remote write, global view
+    slurm: Any = None  # monitoring.slurm.SlurmExpectation when a GPU host sets gpumon_scheduler
+    store: Any = (
+        None  # monitoring.store.StoreExpectation: long-term store, remote write, global view
+    )
 
 
 # ---------------------------------------------------------------- expectation from the inventory
@@ -176,9 +178,9 @@ def load_expectation(
     exp = expect(
         variables_of("prometheus"), variables_of("alertmanager"), variables_of("thanos_query")
     )
-    from deployer import status_store
+    from deployer.monitoring import store
 
-    exp.store = status_store.expect(variables_of)
+    exp.store = store.expect(variables_of)
     if not exp.replicas and not exp.alertmanagers:
         raise InputError(
             "no host of the inventory is in a Prometheus or Alertmanager play of the site: "
@@ -187,9 +189,9 @@ def load_expectation(
         )
     exp.gpu_hosts = hosts_of("nvidia_driver")[1]
     if any("gpumon_scheduler" in session.inventory.host(h).vars for h in exp.gpu_hosts):
-        from deployer import status_slurm
+        from deployer.monitoring import slurm
 
-        exp.slurm = status_slurm.expect_slurm(
+        exp.slurm = slurm.expect_slurm(
             variables_of("nvidia_driver"), session.inventory.hosts, str(inventory)
         )
     slurm_hosts = [h for h in (exp.slurm.clusters if exp.slurm else ()) if h != "controller"]

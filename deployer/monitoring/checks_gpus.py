@@ -7,7 +7,7 @@ one split into 3 instances, has 4 series of ``DCGM_FI_DEV_GPU_TEMP``
 (``gpu_reality_fixtures/dcgm-exporter-metrics/a800_mig_535.129.03_excerpt.metrics``). A GPU is
 its ``UUID`` label, which every real scrape in the fixtures carries on every series.
 
-The node is the ``node`` label the file_sd targets set (``deployer/file_sd.py``), never the
+The node is the ``node`` label the file_sd targets set (``deployer/monitoring/file_sd.py``), never the
 exporter's ``Hostname``: dcgm-exporter 4.x run with ``-r localhost:5555`` sets
 ``Hostname="localhost"`` on every host and newer versions rename it ``hostname``
 (NVIDIA/dcgm-exporter ``internal/pkg/rendermetrics/render_metrics.go:47``, 691c927 vs d5e5f51).

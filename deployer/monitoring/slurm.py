@@ -6,14 +6,14 @@ Opt-in per GPU host: ``gpumon_scheduler: slurm`` (group_vars). The node is ``slu
 (``deployer.rollout.drain.node_name``). Slurm is read on ``gpumon_slurm_host`` (an inventory host
 with Slurm's client commands, e.g. the slurmctld host or a login node; default ``controller``,
 the machine gpumon-deploy runs on, as ``--drain-host``), through status' connection pool, with
-the read-only commands of ``deployer.slurm_state``.
+the read-only commands of ``deployer.monitoring.slurm_state``.
 
 Rows (component ``slurm``, one or two per node):
 
 - ``in service`` (ok): the node's Slurm state and how many of its GPUs are allocated.
 - ``drained by a rollout`` -- the drain reason is an ``upgrade-driver`` run's
   (``deployer.rollout.drain.reason_run``): **ok** while a controller still drives that run (its
-  lock is held: ``deployer.status_rollouts``); **failed** otherwise: the run died or ended and
+  lock is held: ``deployer.monitoring.rollouts``); **failed** otherwise: the run died or ended and
   left the node out of Slurm, capacity nobody will give back by itself. The detail names the run,
   what its record says and how to resume it.
 - ``drained by an administrator`` / ``down in Slurm`` (ok, informational): out of service for
@@ -42,13 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployer import slurm_state
 from deployer.connection import Connection, LocalConnection
 from deployer.errors import HostKeyRefused, HostUnreachable, InputError
+from deployer.monitoring import slurm_state
+from deployer.monitoring.check import FAILED, OK, Check
+from deployer.monitoring.http import Fetch, query
+from deployer.monitoring.rollouts import RunInfo, run_info
 from deployer.rollout import drain
-from deployer.status_http import Fetch, query
-from deployer.status_model import FAILED, OK, Check
-from deployer.status_rollouts import RunInfo, run_info
 from deployer.varformats import prometheus_duration
 
 COMPONENT = "slurm"

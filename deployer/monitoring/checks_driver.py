@@ -13,7 +13,7 @@ the host itself can tell. Status therefore reads it on the host, through the eng
 from __future__ import annotations
 
 from deployer.facts import HostFacts
-from deployer.status_model import FAILED, OK, Check
+from deployer.monitoring.check import FAILED, OK, Check
 
 COMPONENT = "driver"
 CHECK = "NVML: loaded driver = installed"

@@ -1,23 +1,38 @@
-"""The one HTTP client of ``gpumon-deploy status``: GET a URL of a Prometheus or Alertmanager API,
-never raising, and read its JSON, its query results or gauges from its own ``/metrics`` page.
+"""The one HTTP client of the monitoring side: the Prometheus replicas, Alertmanager (its status
+and the rollout's silences), the long-term store and the global view, and the dashboards' proof
+all send their requests through :func:`http_fetch`, and read its JSON, query results or gauges
+with the helpers below.
 
-Every request goes through a ``Fetch`` (``url -> Response``) passed in by the caller, so the checks
+A request goes directly (no proxy from the environment: the stack's hosts are on the cluster's
+own network), with a timeout, and never raises: an answer is a :class:`Response` (any HTTP status,
+body decoded), no answer is status 0 with ``error`` set. That error names the URL without its
+query and never the headers (credentials travel in them: :func:`basic_auth`), and it is masked
+(``deployer.secrets.mask_text``: a URL's userinfo, registered secret values), so it can be shown
+as it is.
+
+Callers take the fetch function as an argument (``Fetch``: ``url -> Response``; the store's
+``(url, headers) -> Response``; the silences' ``(method, url, body) -> Response``), so the checks
 run on canned answers in the unit tests and on ``http_fetch`` for real.
 """
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from deployer.secrets import mask_text
+
 HTTP_TIMEOUT_S = 5.0
+JSON_CONTENT = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True)
@@ -31,21 +46,49 @@ class Response:
     def json(self) -> Any:
         return json.loads(self.body)
 
+    def why(self, limit: int = 200) -> str:
+        """For an error message: why there was no answer, or the status and the body's first
+        ``limit`` characters, masked."""
+        return self.error or mask_text(f"HTTP {self.status}: {self.body[:limit]}")
+
 
 Fetch = Callable[[str], Response]
 
 
-def http_fetch(url: str, timeout: float = HTTP_TIMEOUT_S) -> Response:
-    """GET ``url`` directly (no proxy from the environment), never raising."""
+def http_fetch(
+    url: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    method: str = "GET",
+    body: bytes | None = None,
+    timeout: float = HTTP_TIMEOUT_S,
+) -> Response:
+    """``method`` ``url`` with ``headers`` and ``body``, directly (no proxy from the environment),
+    never raising."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(url, timeout=timeout) as resp:
+        request = urllib.request.Request(url, data=body, headers=dict(headers or {}), method=method)
+        with opener.open(request, timeout=timeout) as resp:
             return Response(resp.status, resp.read().decode("utf-8", "replace"))
     except urllib.error.HTTPError as exc:
         return Response(exc.code, exc.read().decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        return Response(0, error=f"no answer from {url}: {reason}")
+        return Response(0, error=mask_text(f"no answer from {without_query(url)}: {reason}"))
+    except (http.client.HTTPException, ValueError) as exc:  # not HTTP, or not a URL
+        why = f"{type(exc).__name__}: {exc}"
+        return Response(0, error=mask_text(f"no HTTP answer from {without_query(url)}: {why}"))
+
+
+def without_query(url: str) -> str:
+    """``url`` without its query string (what an error names)."""
+    return url.partition("?")[0]
+
+
+def basic_auth(username: str, password: str) -> dict[str, str]:
+    """The ``Authorization`` header of HTTP basic auth (RFC 7617)."""
+    token = base64.b64encode(f"{username}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
 
 
 def get_json(fetch: Fetch, url: str) -> tuple[Any, str | None]:
@@ -68,7 +111,7 @@ def api_data(fetch: Fetch, url: str) -> tuple[Any, str | None]:
         return None, err
     if not isinstance(body, dict) or body.get("status") != "success":
         detail = body.get("error", body) if isinstance(body, dict) else body
-        return None, f"{url} failed: {detail}"
+        return None, mask_text(f"{url} failed: {detail}")
     return body.get("data"), None
 
 

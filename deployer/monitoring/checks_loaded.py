@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from deployer.status_model import FAILED, OK, Check, clock
+from deployer.monitoring.check import FAILED, OK, Check, clock
 
 PROM_RELOAD_OK = "prometheus_config_last_reload_successful"
 PROM_RELOAD_TS = "prometheus_config_last_reload_success_timestamp_seconds"

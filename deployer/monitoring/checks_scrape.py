@@ -28,8 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from deployer.file_sd import Target
-from deployer.status_model import FAILED, OK, PENDING, Check, clock, parse_time, worst
+from deployer.monitoring.check import FAILED, OK, PENDING, Check, clock, parse_time, worst
+from deployer.monitoring.file_sd import Target
 
 DEFAULT_INTERVAL_S = 15.0
 MIN_DISCOVERY_GRACE_S = 60.0

@@ -19,8 +19,8 @@ up in the WAL during a store outage (``prometheus_remote_write_catch_up``). The 
 README ("Long-term storage").
 
 The prometheus role's ``prometheus.yml.j2`` calls :func:`remote_write_section` (the template
-global ``remote_write_section``), so there is one implementation; tests/unit/test_remote_write.py
-checks it.
+global ``remote_write_section``), so there is one implementation;
+tests/unit/test_victoriametrics_role.py checks it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from deployer import file_sd
+from deployer.monitoring import file_sd
 
 # Prometheus' duration units (model.ParseDuration).
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}

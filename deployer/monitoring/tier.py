@@ -2,7 +2,7 @@
 Prometheus replicas that must see an upgraded host's exporter up with the new driver label.
 
 Both come from the session's inventory and the roles' variables, as ``status`` expects the stack
-(``deployer.status.expect``); an inventory without a Prometheus or Alertmanager host gives an
+(``deployer.monitoring.status.expect``); an inventory without a Prometheus or Alertmanager host gives an
 empty expectation, so no monitoring tier, and the rollout then neither silences nor queries.
 """
 
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from deployer import dcgm_fields, status
+from deployer import dcgm_fields
+from deployer.monitoring import status
+from deployer.monitoring.http import Fetch
 from deployer.session import DeploySession
-
-Fetch = Callable[[str], status.Response]
 
 
 @dataclass

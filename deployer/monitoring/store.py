@@ -18,18 +18,16 @@ What should be there comes from the roles' variables (``expect``); what is there
   covers every cluster the inventory names.
 
 Requests to the store and the view carry its basic-auth credentials when they are set; no check
-detail ever contains them. ``collect`` takes the fetch function as an argument, so the checks are
-tested on canned answers (tests/unit/test_status_store.py).
+detail ever contains them. ``collect`` takes the fetch function (``url, headers -> Response``) as an
+argument, so the checks are tested on canned answers (tests/unit/test_status_store.py) and run on
+the one HTTP client (``deployer.monitoring.http.http_fetch``) for real.
 """
 
 from __future__ import annotations
 
-import base64
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,9 +35,10 @@ from typing import Any
 
 import yaml
 
-from deployer import dcgm_fields, file_sd, remote_write
-from deployer.status_http import HTTP_TIMEOUT_S, Response
-from deployer.status_model import Check
+from deployer import dcgm_fields
+from deployer.monitoring import file_sd, remote_write
+from deployer.monitoring.check import Check
+from deployer.monitoring.http import Response, basic_auth, without_query
 
 # url, headers -> Response
 Fetch = Callable[[str, Mapping[str, str]], Response]
@@ -108,8 +107,7 @@ def expect(variables_of: VariablesOf) -> StoreExpectation:
         return exp
     exp.scrape_interval = str(first["prometheus_scrape_interval"])
     if remote_write.auth_enabled(first):
-        token = f"{first['metrics_store_username']}:{first['metrics_store_password']}"
-        exp.headers = {"Authorization": "Basic " + base64.b64encode(token.encode()).decode()}
+        exp.headers = basic_auth(first["metrics_store_username"], first["metrics_store_password"])
     hosts = (
         remote_write.store_hosts(first)
         if file_sd.truthy(first["prometheus_remote_write_enabled"])
@@ -211,15 +209,11 @@ def _json(fetch: Fetch, url: str, headers: Mapping[str, str]) -> tuple[Any, str 
     if r.error is not None:
         return None, r.error
     if r.status != 200:
-        return None, f"HTTP {r.status} from {_path(url)}"
+        return None, f"HTTP {r.status} from {without_query(url)}"
     try:
         return r.json(), None
     except ValueError:
-        return None, f"not JSON from {_path(url)}"
-
-
-def _path(url: str) -> str:
-    return urllib.parse.urlsplit(url)._replace(query="").geturl()
+        return None, f"not JSON from {without_query(url)}"
 
 
 def query(
@@ -480,18 +474,3 @@ def collect(exp: StoreExpectation | None, fetch: Fetch, *, workers: int = 8) -> 
         if view is not None:
             checks += view.result()
     return checks
-
-
-def http_fetch(url: str, headers: Mapping[str, str], timeout: float = HTTP_TIMEOUT_S) -> Response:
-    """GET ``url`` with ``headers`` directly (no proxy from the environment), never raising; an
-    error names the URL without its query and never the headers."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    request = urllib.request.Request(url, headers=dict(headers))
-    try:
-        with opener.open(request, timeout=timeout) as resp:
-            return Response(resp.status, resp.read().decode("utf-8", "replace"))
-    except urllib.error.HTTPError as exc:
-        return Response(exc.code, exc.read().decode("utf-8", "replace"))
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return Response(0, error=f"no answer from {_path(url)}: {reason}")

@@ -3,7 +3,7 @@ on its hosts.
 
 What should be running comes from the inventory and the roles' variables (``expect``). What is
 running comes from each daemon's HTTP API, fetched from the controller at the inventory hosts'
-addresses (``deployer.status_http``), and from each host over SSH with the engine's own connection
+addresses (the one HTTP client, ``deployer.monitoring.http``), and from each host over SSH with the engine's own connection
 (host keys verified) and facts: the driver NVML loads on GPU hosts, the files each Prometheus and
 Alertmanager host has on disk. ``collect`` gathers everything once, in parallel, then judges it
 with pure functions, one row (``Check``, state ok/pending/failed) per thing checked. Each row
@@ -13,22 +13,22 @@ fails, naming the host and the cause, when:
 - ``external labels``: the replica/cluster labels it loaded are not the inventory's;
 - ``rules loaded``: a rule file of the pack is not loaded, or a rule fails to evaluate;
 - ``loaded config = on disk``: the last reload failed, or prometheus.yml or a rule file changed
-  on disk after the config it runs was loaded (a reload owed; status_loaded.py);
+  on disk after the config it runs was loaded (a reload owed; checks_loaded.py);
 - ``scraping job J``: an expected target of job J is down or missing (pending: not scraped yet
-  since the replica or the target daemon started; status_scrape.py);
+  since the replica or the target daemon started; checks_scrape.py);
 - ``*`` ``external labels distinct`` / ``replicas evaluate the same rules``: two replicas share
   external labels / evaluate different rule groups or rules;
 - gpus ``N GPUs in the exporter's metrics``: a replica sampled another number of distinct GPU
-  UUIDs for the node since it started (status_gpus.py);
+  UUIDs for the node since it started (checks_gpus.py);
 - alertmanager ``cluster ready with every peer``: not ready or a peer missing (pending: settling);
   ``loaded config = on disk``: the config it runs is not alertmanager.yml on disk (by MD5), or a
   template changed since; ``*`` ``peers run the same config``;
 - driver ``NVML: loaded driver = installed``: nvidia-smi cannot initialise NVML (version
   mismatch: reboot owed), or the loaded kernel module is not the installed driver
-  (status_driver.py);
+  (checks_driver.py);
 - thanos ``ready`` / ``every sidecar a store``;
 - slurm (GPU hosts with ``gpumon_scheduler: slurm``): a node left drained by a rollout no
-  controller drives any more, or a GPU busy with no Slurm job (status_slurm.py).
+  controller drives any more, or a GPU busy with no Slurm job (slurm.py).
 
 ``collect`` takes the fetch function and the host opener as arguments, so the tables are tested
 on canned answers (tests/unit/test_monitoring_status.py, tests/contract/test_status_*.py) and run
@@ -50,27 +50,10 @@ import yaml
 from deployer.connection import Connection, ConnectionPool, SSHConnection
 from deployer.executor import DEFAULT_FORKS
 from deployer.facts import HostFacts, gather
-from deployer.status_driver import driver_check
-from deployer.status_expect import (
-    Endpoint,
-    Peer,
-    Replica,
-    StackExpectation,
-    expect,
-    load_expectation,
-)
-from deployer.status_gpus import gpu_query, gpus_by_node
-from deployer.status_http import (
-    HTTP_TIMEOUT_S,
-    Fetch,
-    Response,
-    api_data,
-    get_json,
-    http_fetch,
-    query,
-    self_gauges,
-)
-from deployer.status_loaded import (
+from deployer.monitoring.check import FAILED, OK, PENDING, Check, clock, parse_time, worst
+from deployer.monitoring.checks_driver import driver_check
+from deployer.monitoring.checks_gpus import gpu_query, gpus_by_node
+from deployer.monitoring.checks_loaded import (
     ALERTMANAGER_GAUGES,
     AM_HASH,
     PROMETHEUS_GAUGES,
@@ -86,22 +69,26 @@ from deployer.status_loaded import (
     same_alertmanager_config_check,
     same_rules_check,
 )
-from deployer.status_model import FAILED, OK, PENDING, Check, clock, parse_time, worst
-from deployer.status_scrape import active_targets, scrape_checks
+from deployer.monitoring.checks_scrape import active_targets, scrape_checks
+from deployer.monitoring.expect import (
+    Endpoint,
+    Peer,
+    Replica,
+    StackExpectation,
+    expect,
+    load_expectation,
+)
+from deployer.monitoring.http import Fetch, api_data, get_json, http_fetch, query, self_gauges
 
 __all__ = [
-    "HTTP_TIMEOUT_S",
     "Check",
     "Endpoint",
-    "Fetch",
     "Peer",
     "Replica",
-    "Response",
     "StackExpectation",
     "collect",
     "collect_until",
     "expect",
-    "http_fetch",
     "load_expectation",
 ]
 
@@ -132,7 +119,7 @@ class _Obs:
     )
     am_disk: dict[str, tuple[AlertmanagerDisk | None, str | None]] = field(default_factory=dict)
     facts: dict[str, tuple[HostFacts | None, str | None]] = field(default_factory=dict)
-    slurm: Any = None  # status_slurm.SlurmObservation, when the inventory opts in
+    slurm: Any = None  # monitoring.slurm.SlurmObservation, when the inventory opts in
 
 
 def _ready(fetch: Fetch, url: str) -> tuple[str, str]:
@@ -216,10 +203,10 @@ def _observe_host(
 
 
 def _observe_slurm(exp: StackExpectation, fetch: Fetch, hosts: Opener, obs: _Obs) -> None:
-    """Slurm's view of the GPU hosts and their GPU use (deployer/status_slurm.py)."""
-    from deployer import status_slurm
+    """Slurm's view of the GPU hosts and their GPU use (deployer/monitoring/slurm.py)."""
+    from deployer.monitoring import slurm
 
-    obs.slurm = status_slurm.observe(exp.slurm, [r.url for r in exp.replicas], fetch, hosts)
+    obs.slurm = slurm.observe(exp.slurm, [r.url for r in exp.replicas], fetch, hosts)
 
 
 def _observe(
@@ -509,9 +496,9 @@ def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> 
             found, err = obs.facts.get(host, (None, "not read"))
             checks.append(driver_check(host, found, err))
         if exp.slurm is not None:
-            from deployer import status_slurm
+            from deployer.monitoring import slurm
 
-            checks.extend(status_slurm.checks(exp.slurm, obs.slurm))
+            checks.extend(slurm.checks(exp.slurm, obs.slurm))
     elif exp.gpu_hosts or exp.replicas or exp.alertmanagers:
         checks.append(
             Check(
@@ -586,13 +573,13 @@ def collect(
 ) -> list[Check]:
     """Every check of the running stack, in table order. ``hosts`` opens a connection to a host
     (None: the APIs only, no SSH); ``store_fetch`` is the long-term store's HTTP client (with
-    headers: its basic auth), ``status_store.http_fetch`` unless given."""
-    from deployer import status_store
+    headers: its basic auth), ``http_fetch`` unless given."""
+    from deployer.monitoring import store
 
     obs = _observe(exp, fetch, hosts, workers, forks)
     checks = judge(exp, obs, now=now(), with_hosts=hosts is not None)
-    store = status_store.collect(exp.store, store_fetch or status_store.http_fetch)
-    return checks + _thanos_checks(exp, fetch) + store
+    stored = store.collect(exp.store, store_fetch or http_fetch)
+    return checks + _thanos_checks(exp, fetch) + stored
 
 
 def collect_until(

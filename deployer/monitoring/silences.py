@@ -6,7 +6,8 @@ A host gets two silences, since matchers are AND-ed and not every alert carries 
 expiry (a crashed run never mutes a host for good) and a comment naming the run. Silences are
 gossiped, so one POST to one peer is enough; the client tries the peers in order until one
 answers. Expiring is ``DELETE /api/v2/silence/{id}``; a silence already expired or unknown to the
-peer counts as expired.
+peer counts as expired. Every request goes through the one HTTP client
+(``deployer.monitoring.http``); the fakes of the tests answer ``(method, url, body)`` instead.
 """
 
 from __future__ import annotations
@@ -14,39 +15,22 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from deployer.monitoring.http import JSON_CONTENT, Response, http_fetch
+from deployer.secrets import mask_text
 
 CREATED_BY = "gpumon-deploy"
 HTTP_TIMEOUT_S = 10.0
 
-
-@dataclass(frozen=True)
-class HttpAnswer:
-    status: int  # 0: no answer
-    body: str = ""
-    error: str | None = None
+Http = Callable[[str, str, bytes | None], Response]  # (method, url, body) -> answer
 
 
-Http = Callable[[str, str, bytes | None], HttpAnswer]  # (method, url, body) -> answer
-
-
-def urllib_http(method: str, url: str, body: bytes | None) -> HttpAnswer:
-    """One HTTP request, no proxy from the environment, never raising."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    req = urllib.request.Request(url, data=body, method=method)
-    if body is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with opener.open(req, timeout=HTTP_TIMEOUT_S) as resp:
-            return HttpAnswer(resp.status, resp.read().decode("utf-8", "replace"))
-    except urllib.error.HTTPError as exc:
-        return HttpAnswer(exc.code, exc.read().decode("utf-8", "replace"))
-    except (urllib.error.URLError, OSError) as exc:
-        return HttpAnswer(0, error=f"no answer from {url}: {getattr(exc, 'reason', exc)}")
+def alertmanager_http(method: str, url: str, body: bytes | None) -> Response:
+    """One request to an Alertmanager peer through the one HTTP client (a JSON body)."""
+    headers = JSON_CONTENT if body is not None else {}
+    return http_fetch(url, headers, method=method, body=body, timeout=HTTP_TIMEOUT_S)
 
 
 def rfc3339(t: float) -> str:
@@ -95,7 +79,7 @@ class SilenceError(RuntimeError):
 class Silences:
     """Create and expire silences on an Alertmanager cluster given as peer base URLs."""
 
-    def __init__(self, peers: Sequence[str], http: Http = urllib_http) -> None:
+    def __init__(self, peers: Sequence[str], http: Http = alertmanager_http) -> None:
         self.peers = list(peers)
         self.http = http
 
@@ -109,9 +93,11 @@ class Silences:
                 try:
                     return json.loads(ans.body)["silenceID"], peer
                 except (ValueError, KeyError) as exc:
-                    errors.append(f"{peer}: unexpected answer {ans.body[:200]!r} ({exc})")
+                    errors.append(
+                        mask_text(f"{peer}: unexpected answer {ans.body[:200]!r} ({exc})")
+                    )
                     continue
-            errors.append(f"{peer}: {ans.error or f'HTTP {ans.status}: {ans.body[:200]}'}")
+            errors.append(f"{peer}: {ans.why()}")
         raise SilenceError("no Alertmanager peer took the silence: " + "; ".join(errors))
 
     def expire(self, silence_id: str, prefer: str | None = None) -> str:
@@ -123,7 +109,7 @@ class Silences:
                 return peer
             if ans.status in (404, 500) and self._expired(peer, silence_id):
                 return peer  # already expired (a resumed run repeating this step)
-            errors.append(f"{peer}: {ans.error or f'HTTP {ans.status}: {ans.body[:200]}'}")
+            errors.append(f"{peer}: {ans.why()}")
         raise SilenceError(f"silence {silence_id} not expired: " + "; ".join(errors))
 
     def find(self, comment: str, matchers: list[dict[str, Any]]) -> str | None:
