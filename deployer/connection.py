@@ -70,6 +70,7 @@ class _Transport(paramiko.Transport):
 
 
 DEFAULT_COMMAND_TIMEOUT = 900.0
+TRANSPORT_JOIN_S = 2.0  # a failed transport's thread ends in well under that
 CONNECT_TIMEOUT = 10.0
 # A host that stops answering mid-run is declared unreachable after this many seconds of
 # unacknowledged traffic (TCP_USER_TIMEOUT), with keepalives making sure there is traffic.
@@ -345,6 +346,10 @@ class SSHConnection:
             except paramiko.SSHException as exc:
                 transport = client.get_transport()
                 client.close()
+                if transport is not None:
+                    # Its thread logs why it failed (-v shows it) as it ends: let it finish, so
+                    # every line of it comes before our one-line error, never after.
+                    transport.join(timeout=TRANSPORT_JOIN_S)
                 why = _why_no_session(exc, transport, sock.received)
                 if why is exc:
                     raise
