@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from deployer import dcgm_fields
+from deployer import dcgm_fields, rule_pack
 from deployer.monitoring import file_sd, remote_write
 from deployer.monitoring.check import Check
 from deployer.monitoring.http import Response, basic_auth, without_query
@@ -44,6 +44,9 @@ from deployer.monitoring.http import Response, basic_auth, without_query
 Fetch = Callable[[str, Mapping[str, str]], Response]
 
 GPU_METRIC = dcgm_fields.metric("gpu_temp")
+# What tells one GPU series from another in the global view: the GPU, its MIG instance (the
+# exporter's per-instance series, dcgm_fields.MIG_LABELS) and the job on it (rule_pack.JOB_LABEL).
+SERIES_IDENTITY = ", ".join(("node", "UUID", "GPU_I_ID", rule_pack.JOB_LABEL))
 # A replica that started this recently may not have sent anything yet.
 STARTUP_GRACE_S = 120.0
 
@@ -370,7 +373,9 @@ def check_global_view(exp: StoreExpectation, fetch: Fetch) -> list[Check]:
     checks = [Check.of(comp, name, "answers", True, f"{exp.view_url}/api/v1/query")]
     if not exp.gpus:
         return checks
-    per_gpu, err = query(fetch, exp.view_url, f"count by (node, UUID) ({GPU_METRIC})", h)
+    # One series per GPU and, on a MIG GPU, per GPU instance, and with job mapping per job on it:
+    # more than one in such a group is the pair not deduplicated (a replica label kept).
+    per_gpu, err = query(fetch, exp.view_url, f"count by ({SERIES_IDENTITY}) ({GPU_METRIC})", h)
     if err is not None:
         return [*checks, Check.of(comp, name, "every GPU once", False, err)]
     seen: dict[str, set[str]] = {}
@@ -379,7 +384,9 @@ def check_global_view(exp: StoreExpectation, fetch: Fetch) -> list[Check]:
         node, uuid = s["metric"].get("node", ""), s["metric"].get("UUID", "")
         seen.setdefault(node, set()).add(uuid)
         if float(s["value"][1]) > 1:
-            twice.append(f"{node} {uuid} x{float(s['value'][1]):.0f}")
+            instance = s["metric"].get("GPU_I_ID")
+            where = f"{uuid} GPU instance {instance}" if instance else uuid
+            twice.append(f"{node} {where} x{float(s['value'][1]):.0f}")
     problems = [
         f"{node} {len(seen.get(node, ()))}/{want}"
         for node, want in exp.gpus.items()

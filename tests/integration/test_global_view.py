@@ -197,12 +197,19 @@ def test_global_view_returns_every_gpu_once_with_its_cluster(
             store_url(deployed),
             "/api/v1/query",
             auth(credentials),
-            query=f"count by (node, UUID, cluster) ({METRIC})",
+            query=f"count by (node, UUID, cluster) (count by (node, UUID, GPU_I_ID, cluster) ({METRIC}))",
         )
         return rows if len(rows) == sum(want.values()) else []
 
+    # one series per GPU, or per GPU instance of a MIG GPU (gpu05's GPU 0: 4 instances)
     rows = wait_until("every GPU in the global view", per_gpu, 120)
-    assert all(r["value"][1] == "1" for r in rows), rows
+    instances = api(
+        store_url(deployed),
+        "/api/v1/query",
+        auth(credentials),
+        query=f"count by (node, UUID, GPU_I_ID) ({METRIC})",
+    )
+    assert all(r["value"][1] == "1" for r in instances), instances
     assert {r["metric"]["cluster"] for r in rows} == {"lab"}
     seen: dict[str, set[str]] = {}
     for r in rows:

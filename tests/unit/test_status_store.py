@@ -104,7 +104,7 @@ def healthy_stack(**over: Response) -> Canned:
         "10.0.0.1:9090/metrics": Response(200, replica_metrics(2_000.0, 1_995.0)),
         "10.0.0.2:9090/metrics": Response(200, replica_metrics(2_000.0, 1_990.0)),
         "10.0.0.5:8428/api/v1/query?vector(1)": Response(200, vector(({}, "1"))),
-        f"10.0.0.5:8428/api/v1/query?count by (node, UUID) ({ss.GPU_METRIC})": Response(
+        f"10.0.0.5:8428/api/v1/query?count by ({ss.SERIES_IDENTITY}) ({ss.GPU_METRIC})": Response(
             200, GOOD_GPUS
         ),
         f"10.0.0.5:8428/api/v1/query?count by (cluster) ({ss.GPU_METRIC})": Response(
@@ -165,7 +165,7 @@ def test_a_gpu_seen_twice_means_the_pair_was_not_deduplicated():
     )
     fetch = healthy_stack(
         **{
-            f"10.0.0.5:8428/api/v1/query?count by (node, UUID) ({ss.GPU_METRIC})": Response(
+            f"10.0.0.5:8428/api/v1/query?count by ({ss.SERIES_IDENTITY}) ({ss.GPU_METRIC})": Response(
                 200, twice
             )
         }
@@ -176,13 +176,26 @@ def test_a_gpu_seen_twice_means_the_pair_was_not_deduplicated():
     assert not bad.ok and "gpu01 GPU-a x2" in bad.detail
 
 
+def test_a_mig_gpu_is_one_gpu_with_one_series_per_gpu_instance():
+    # the exporter's MIG shape (real 8xA800 scrape): one series per GPU instance, one UUID
+    mig = vector(
+        ({"node": "gpu01", "UUID": "GPU-a", "GPU_I_ID": "1"}, "1"),
+        ({"node": "gpu01", "UUID": "GPU-a", "GPU_I_ID": "2"}, "1"),
+        ({"node": "gpu01", "UUID": "GPU-b"}, "1"),
+        ({"node": "gpu02", "UUID": "GPU-c"}, "1"),
+    )
+    url = f"10.0.0.5:8428/api/v1/query?count by ({ss.SERIES_IDENTITY}) ({ss.GPU_METRIC})"
+    got = by_check(ss.collect(expectation(), healthy_stack(**{url: Response(200, mig)})))
+    assert got[("global view", "victoriametrics", "every GPU once")].ok
+
+
 def test_a_missing_gpu_and_a_missing_cluster_fail():
     one_less = vector(
         ({"node": "gpu01", "UUID": "GPU-a"}, "1"), ({"node": "gpu02", "UUID": "GPU-c"}, "1")
     )
     fetch = healthy_stack(
         **{
-            f"10.0.0.5:8428/api/v1/query?count by (node, UUID) ({ss.GPU_METRIC})": Response(
+            f"10.0.0.5:8428/api/v1/query?count by ({ss.SERIES_IDENTITY}) ({ss.GPU_METRIC})": Response(
                 200, one_less
             ),
         }
