@@ -267,16 +267,17 @@ def test_malformed_plans_are_refused_before_any_host_is_touched(
 # ---- an inventory the product did not write (issue 14) -----------------------------------------
 
 
-def deepops_copy(lab: Lab, dest: Path) -> Path:
-    """The lab's inventory as DeepOps would have it: the GPU hosts in ``slurm-node``, no
-    ``gpu`` group, and no GPU variable declared (model, count, NVSwitch)."""
+def deepops_copy(lab: Lab, dest: Path, group: str = "slurm-node", declared: bool = False) -> Path:
+    """The lab's inventory as DeepOps (or kubespray: ``group="kube_node"``) would have it: the
+    GPU hosts in ``group``, no ``gpu`` group, and unless ``declared`` no GPU variable (model,
+    count, NVSwitch)."""
     data = yaml.safe_load(lab.inventory_path.read_text())
     groups = data["all"]["children"]
-    groups["slurm-node"] = groups.pop("gpu")
-    for h in groups["slurm-node"]["hosts"]:
-        for key in ("gpu_model", "gpu_count", "nvswitch"):
+    groups[group] = groups.pop("gpu")
+    for h in groups[group]["hosts"]:
+        for key in () if declared else ("gpu_model", "gpu_count", "nvswitch"):
             data["all"]["hosts"][h].pop(key, None)
-            (groups["slurm-node"]["hosts"][h] or {}).pop(key, None)
+            (groups[group]["hosts"][h] or {}).pop(key, None)
     dest.mkdir()
     if (lab.inventory_path.parent / "group_vars").is_dir():
         shutil.copytree(lab.inventory_path.parent / "group_vars", dest / "group_vars")
@@ -301,6 +302,17 @@ def test_a_deepops_shaped_inventory_is_mapped_initialised_from_facts_and_converg
         assert f"gpu_count={declared['gpu_count']}" in init.stdout
     # and with them, the converged lab is converged for this inventory too: nothing to change
     code, report, err = up_json_at(inv, "--limit", "gpu", "--check", *LAB_VERSIONS)
+    assert code == 0, err[-3000:]
+    assert set(report["hosts"]) == set(gpu_hosts)
+    changed = [(t["host"], t["task"]) for t in tasks_of(report) if t["status"] == "changed"]
+    assert changed == []
+
+
+def test_a_kubespray_shaped_inventory_with_its_models_declared_converges_with_group(
+    runs, gpu_lab, gpu_hosts, tmp_path
+):
+    inv = deepops_copy(gpu_lab, tmp_path / "kubespray", group="kube_node", declared=True)
+    code, report, err = up_json_at(inv, "--group", "gpu=kube_node", "--limit", "gpu", *LAB_VERSIONS)
     assert code == 0, err[-3000:]
     assert set(report["hosts"]) == set(gpu_hosts)
     changed = [(t["host"], t["task"]) for t in tasks_of(report) if t["status"] == "changed"]
