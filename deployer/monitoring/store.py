@@ -37,7 +37,7 @@ import yaml
 
 from deployer import dcgm_fields, rule_pack
 from deployer.monitoring import file_sd, remote_write
-from deployer.monitoring.check import Check
+from deployer.monitoring.check import PENDING, Check
 from deployer.monitoring.http import Response, basic_auth, without_query
 
 # url, headers -> Response
@@ -336,28 +336,33 @@ def check_writer(
         if "url" in labels:
             by_url.setdefault(labels["url"], {})[name.removeprefix(RW)] = value
     young = started is not None and (now or time.time()) - started < STARTUP_GRACE_S
+
+    def judged(name: str, ok: bool, detail: str) -> Check:
+        # A replica that just started has not sent, or caught up, yet: pending, not failed.
+        if not ok and young:
+            return Check(comp, writer.host, name, PENDING, f"{detail} (replica just started)")
+        return Check.of(comp, writer.host, name, ok, detail)
+
     checks = []
     for url, host in writer.queues.items():
         queue = by_url.get(url)
         name = f"to {host}"
         if queue is None or "queue_highest_sent_timestamp_seconds" not in queue:
-            checks.append(
-                Check.of(comp, writer.host, name, False, f"no remote_write queue to {url}")
-            )
+            checks.append(judged(name, False, f"no remote_write queue to {url}"))
             continue
         sent = queue["queue_highest_sent_timestamp_seconds"]
         extra = (
             f"shards {queue.get('shards', 0):.0f}, pending {queue.get('samples_pending', 0):.0f}"
         )
         if sent <= 0:
-            checks.append(Check.of(comp, writer.host, name, young, f"nothing sent yet ({extra})"))
+            checks.append(judged(name, False, f"nothing sent yet ({extra})"))
             continue
         lag = max(0.0, (newest or sent) - sent)
         ok = lag <= writer.max_lag_s
         detail = f"lag {lag:.0f}s ({extra})"
         if not ok:
             detail = f"lag {lag:.0f}s, more than {writer.max_lag_s:.0f}s ({extra})"
-        checks.append(Check.of(comp, writer.host, name, ok, detail))
+        checks.append(judged(name, ok, detail))
     return checks
 
 

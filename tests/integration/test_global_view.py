@@ -313,7 +313,8 @@ def test_store_restored_from_the_bucket_has_the_series_of_the_last_backup(
     headers = auth(credentials)
     base = store_url(deployed)
     reference = time.time() - 90  # before the backup, well inside what the store has
-    query = f"count(count_over_time({METRIC}[60s] @ {int(reference)}))"
+    # GPUs, not series: gpu05's MIG GPU has one series per GPU instance, all with its UUID
+    query = f"count(count by (UUID) (count_over_time({METRIC}[60s] @ {int(reference)})))"
     total = sum(gpus_by_node(deployed).values())
     assert api(base, "/api/v1/query", headers, query=query)[0]["value"][1] == str(total)
 

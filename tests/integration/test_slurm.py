@@ -298,7 +298,9 @@ def test_a_job_outliving_the_job_timeout_fails_its_host_which_is_never_touched(
     assert boots(cluster, "gpu01") == boots_before
     assert loaded(cluster, "gpu01") == driver_before
     node = slurm_nodes(cluster)["gpu01"]
-    assert node["state"] in ("mixed", "allocated") and node["reason"] == ""  # back in service
+    # back in service (a trailing * is Slurm's "not responding" flag: slurmd late with its
+    # heartbeat on a loaded machine, not a state the run set)
+    assert node["state"].rstrip("*") in ("mixed", "allocated") and node["reason"] == ""
     assert job.state()[0] == "RUNNING"
 
 

@@ -147,12 +147,13 @@ def test_a_replica_without_a_queue_to_the_store_fails():
     assert not bad.ok and WRITE_URL in bad.detail
 
 
-def test_a_just_started_replica_that_sent_nothing_yet_is_not_a_failure():
+def test_a_just_started_replica_that_sent_nothing_yet_is_pending_not_failed():
     young = replica_metrics(2_000.0, 0.0, started=1_950.0)
     old = replica_metrics(2_000.0, 0.0, started=100.0)
     writer = expectation().writers[0]
     fetch = healthy_stack(**{"10.0.0.1:9090/metrics": Response(200, young)})
-    assert ss.check_writer(expectation(), writer, fetch, now=2_000.0)[0].ok
+    row = ss.check_writer(expectation(), writer, fetch, now=2_000.0)[0]
+    assert row.state == "pending" and "replica just started" in row.detail
     fetch = healthy_stack(**{"10.0.0.1:9090/metrics": Response(200, old)})
     assert not ss.check_writer(expectation(), writer, fetch, now=2_000.0)[0].ok
 
