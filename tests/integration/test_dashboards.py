@@ -71,6 +71,10 @@ def deployed(dlab: Lab, extra_vars: list[str]) -> None:
     args = [a for v in extra_vars for a in ("-e", v)]
     proc = gpumon("up", "-i", str(dlab.inventory_path), *args)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # The panels query what the replicas scraped and the store received: on a lab just brought
+    # up, wait (bounded) until status says every target is scraped and every GPU in the view.
+    ready = gpumon("status", "-i", str(dlab.inventory_path), *args, "--wait", "300")
+    assert ready.returncode == 0, ready.stdout[-3000:] + ready.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
