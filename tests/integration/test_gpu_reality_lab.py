@@ -239,12 +239,13 @@ def test_the_mig_host_exports_its_mig_gpu_per_gpu_instance(deployed, rlab):
 
 
 def test_status_is_green_and_counts_each_hosts_gpus_on_both_replicas(deployed, rlab):
-    def green() -> dict[str, Any] | None:
-        proc = gpumon("status", "-i", str(rlab.inventory_path), "--output", "json", timeout=120)
-        data = json.loads(proc.stdout)
-        return data if proc.returncode == 0 else None
-
-    data = wait_until("status green", green, 180, every=10)
+    # status --wait retries until every row is ok (bounded); its last rows say what was not
+    proc = gpumon(
+        "status", "-i", str(rlab.inventory_path), "--output", "json", "--wait", "300", timeout=420
+    )
+    data = json.loads(proc.stdout)
+    not_ok = [c for c in data["checks"] if not c["ok"]]
+    assert proc.returncode == 0, not_ok
     rows = {(c["component"], c["host"]): c for c in data["checks"]}
     for host in (MIG_HOST, SENSORLESS):
         row = rows[("gpus", host)]
