@@ -737,7 +737,7 @@ def test_a_gpu_lost_while_a_replica_was_down_is_missing_there_after_its_restart(
             return row if f"{replica.name} sees" in row["detail"] else None
 
         # Pending until the restarted replica has scraped the exporter, then counted.
-        row = wait_until(f"{replica.name} counted {node}'s GPUs", counted, 120)
+        row = wait_until(f"{replica.name} counted {node}'s GPUs", counted, 240)
         assert row["state"] == "failed"
         assert f"{replica.name} sees {gpus - 1}" in row["detail"], row
     finally:
