@@ -250,7 +250,7 @@ def test_status_is_green_and_counts_each_hosts_gpus_on_both_replicas(deployed, r
     for host in (MIG_HOST, SENSORLESS):
         row = rows[("gpus", host)]
         assert row["ok"] and row["check"] == "2 GPUs in the exporter's metrics", row
-        assert row["detail"] == "2/2 on 2 replica(s)", row
+        assert row["detail"] == "2/2 (distinct UUIDs) on 2 replica(s)", row
 
 
 def test_a_fresh_mig_host_converges_in_one_up(deployed, rlab, stack_vars):
