@@ -190,28 +190,34 @@ def test_gpus_busy_where_slurm_allocated_none_fail_status_a_mig_gpu_counted_once
     assert rows[("gpu01", USE)]["state"] == "ok"
 
 
-@pytest.mark.xfail(
-    reason="failed in the 2026-12-01 two-lab CI run (gpu03 never showed the rollout's drain "
-    "reason within 420 s) and not yet diagnosed; issue 19 stays open until it passes again",
-    strict=False,
-)
+def installed_driver(lab: Lab, host: str) -> str:
+    return sh(lab, host, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").split()[0]
+
+
 def test_a_node_left_drained_by_a_rollout_that_died_fails_naming_the_run_and_its_resume(
     cluster, status, inventory, tmp_path
 ):
+    # a target other than the driver gpu03 runs: a rollout to the installed one has nothing to
+    # do and never drains (test_slurm, before this module, leaves gpu03 on 580.126.20)
+    target = "580.65.06" if installed_driver(cluster, "gpu03") == "580.126.20" else "580.126.20"
     submit(cluster, 600, "-p infer -w gpu03 --gres=gpu:1")
     env = {**os.environ, "GPUMON_ROLLOUT_STATE_DIR": str(status.state_dir)}
     with open(tmp_path / "rollout.err", "wb") as err:
         rollout = subprocess.Popen(
-            [*CLI, "upgrade-driver", "-i", inventory, "--limit", "gpu03", "--to", "580.126.20",
+            [*CLI, "upgrade-driver", "-i", inventory, "--limit", "gpu03", "--to", target,
              "--drain", "slurm", "--drain-host", "mon01", "--job-timeout", "900"],
             env=env, stdout=subprocess.DEVNULL, stderr=err,
         )  # fmt: skip
-    try:
-        wait_until(
-            "gpu03 draining with the rollout's reason",
-            lambda: slurm_nodes(cluster)["gpu03"]["reason"].startswith(RUN_REASON),
-            420,
+
+    def drained_by_the_rollout() -> bool:
+        assert rollout.poll() is None, (
+            f"the rollout exited ({rollout.returncode}) before draining gpu03: "
+            + (tmp_path / "rollout.err").read_text()[-3000:]
         )
+        return slurm_nodes(cluster)["gpu03"]["reason"].startswith(RUN_REASON)
+
+    try:
+        wait_until("gpu03 draining with the rollout's reason", drained_by_the_rollout, 420)
         run_id = slurm_nodes(cluster)["gpu03"]["reason"][len(RUN_REASON) :].split(":")[0]
         # the rollout waits for the job: its drain is in progress, not a finding
         row = status.run()[("gpu03", "drained by a rollout")]
