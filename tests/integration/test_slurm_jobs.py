@@ -12,6 +12,8 @@ Slurm would, and the monitoring tier. A job holding two GPUs of gpu01 runs; whil
   other, with ``hpc_job=<id>``; both replicas store them;
 - ``hpc_job:gpus:sum`` says 2 GPUs and ``hpc_job:gpu_hours:integral`` grows, on both replicas;
 - an XID on one of its GPUs fires GPUXidCritical carrying the job's id, on both replicas;
+- a job given gpu05's two GPUs, GPU 0 in MIG mode, has each GPU instance's series labelled (the
+  Prolog maps ``0.<GPU_I_ID>`` too) and ``gpu_hpc_job:gpus:sum`` counts that GPU once;
 
 and once it ended (cancelled): the files are emptied, not removed, and neither the exporter nor
 either replica has a series with its id any more, its GPU hours kept as the record's last value.
@@ -47,6 +49,8 @@ JOB_VARS = {
     "dcgm_exporter_slurm_prolog_dir": labslurm.PROLOG_DIR,
     "dcgm_exporter_slurm_epilog_dir": labslurm.EPILOG_DIR,
 }
+# GPU 0 in MIG mode (3g.40gb, 2g.20gb, 1g.10gb, 1g.10gb), GPU 1 whole; scraped every 30 s
+MIG_HOST = "gpu05"
 HOLD = "/root/gpumon-test-hold-jobs.sh"
 HOLD_SCRIPT = """#!/bin/sh
 echo "start pid=$$ gpus=$SLURM_JOB_GPUS"
@@ -80,9 +84,9 @@ def on_every_replica(lab: Lab, what: str, probe, timeout: float = 120) -> None:
         wait_until(f"{name}: {what}", functools.partial(probe, url), timeout)
 
 
-def exporter_series(lab: Lab) -> list[str]:
-    """gpu01's exposition, series lines only, as the exporter serves them right now."""
-    text = sh(lab, HOST, "curl -fsS http://127.0.0.1:9400/metrics")
+def exporter_series(lab: Lab, host: str = HOST) -> list[str]:
+    """``host``'s (gpu01's) exposition, series lines only, as the exporter serves it right now."""
+    text = sh(lab, host, "curl -fsS http://127.0.0.1:9400/metrics")
     return [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
 
 
@@ -104,7 +108,8 @@ def site(jlab) -> dict[str, str]:
     assert proc.returncode == 0, proc.stderr[-3000:]
     before = sh(jlab, HOST, "sha256sum /etc/slurm/slurm.conf").split()[0]
     inv = str(jlab.inventory_path)
-    proc = gpumon("up", "-i", inv, "--limit", HOST, "-e", "nvidia_driver_reboot=if_required",
+    jlab.heal(MIG_HOST)
+    proc = gpumon("up", "-i", inv, "--limit", f"{HOST}:{MIG_HOST}", "-e", "nvidia_driver_reboot=if_required",
                   "--out-of-service", "-e", json.dumps(JOB_VARS))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     proc = gpumon("up", "-i", inv, "--limit", "prometheus:alertmanager:thanos_query")
@@ -115,11 +120,12 @@ def site(jlab) -> dict[str, str]:
 
 
 class Job:
-    """A batch job on mon01 holding ``gpus`` GPUs of gpu01 until cancelled."""
+    """A batch job on mon01 holding ``gpus`` GPUs of ``host`` (gpu01) until cancelled."""
 
-    def __init__(self, lab: Lab, gpus: int) -> None:
-        self.lab = lab
-        out = sh(lab, "mon01", f"sbatch --parsable -o /var/tmp/gpumon-jobs-%j.out -w {HOST} "
+    def __init__(self, lab: Lab, gpus: int, host: str = HOST, partition: str = "") -> None:
+        self.lab, self.host = lab, host
+        where = f"-p {partition} -w {host}" if partition else f"-w {host}"
+        out = sh(lab, "mon01", f"sbatch --parsable -o /var/tmp/gpumon-jobs-%j.out {where} "
                  f"--gres=gpu:{gpus} {HOLD} 1800")  # fmt: skip
         self.id = out.strip().split(";")[0]
 
@@ -129,7 +135,9 @@ class Job:
 
     def gpus(self) -> list[str]:
         """The GPU ids Slurm gave the job, as its batch script saw them."""
-        text = sh(self.lab, HOST, f"cat /var/tmp/gpumon-jobs-{self.id}.out 2>/dev/null || true")
+        text = sh(
+            self.lab, self.host, f"cat /var/tmp/gpumon-jobs-{self.id}.out 2>/dev/null || true"
+        )
         for word in text.split():
             if word.startswith("gpus="):
                 return word.removeprefix("gpus=").split(",")
@@ -230,6 +238,43 @@ def test_an_xid_on_a_gpu_of_the_job_alerts_with_its_id_on_both_replicas(jlab, jo
         )
 
     on_every_replica(jlab, f"GPUXidCritical with hpc_job={job.id}", firing)
+
+
+def test_a_job_given_a_whole_mig_gpu_labels_each_of_its_gpu_instances_on_both_replicas(jlab, site):
+    # dcgm-exporter keys a MIG instance's series <gpu>.<GPU_I_ID> (hpc.go:98-105 @691c9276): the
+    # Prolog maps the GPU and each of its instances; the rules count the MIG GPU once
+    job = Job(jlab, 2, host=MIG_HOST, partition="infer")
+    try:
+        wait_until(f"job {job.id} running", lambda: job.state() == "RUNNING" and job.gpus(), 120)
+        smi = sh(jlab, MIG_HOST, "nvidia-smi -q -i 0")
+        instances = sorted({ln.split(":")[1].strip() for ln in smi.splitlines()
+                            if ln.strip().startswith("GPU Instance ID")})  # fmt: skip
+        assert len(instances) == 4, smi
+        for gi in instances:
+            assert sh(jlab, MIG_HOST, f"cat {MAP_DIR}/0.{gi}").split() == [job.id]
+
+        def instances_labelled() -> bool:
+            mig = [ln for ln in exporter_series(jlab, MIG_HOST) if 'GPU_I_ID="' in ln]
+            return bool(mig) and all(f'hpc_job="{job.id}"' in ln for ln in mig)
+
+        wait_until("every series of gpu05's GPU instances labelled", instances_labelled, 60)
+
+        def counted(url: str) -> bool:
+            found = query(url, f'gpu_hpc_job:gpus:sum{{node="{MIG_HOST}",hpc_job="{job.id}"}}')
+            return sorted((r["metric"]["gpu"], float(r["value"][1])) for r in found) == [
+                ("0", 1.0), ("1", 1.0),
+            ]  # fmt: skip
+
+        on_every_replica(jlab, f"gpu05's 2 GPUs, the MIG one once, for job {job.id}", counted, 180)
+    finally:
+        job.cancel()
+    wait_until(f"job {job.id} gone", lambda: job.state() == "", 120)
+    wait_until(
+        "gpu05's instance files emptied",
+        lambda: all(sh(jlab, MIG_HOST, f"cat {MAP_DIR}/0.{gi}") == "" for gi in instances),
+        60,
+    )
+    assert not [ln for ln in exporter_series(jlab, MIG_HOST) if "hpc_job=" in ln]
 
 
 # ------------------------------------------------------------------- once the job ended

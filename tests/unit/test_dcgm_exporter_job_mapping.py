@@ -71,9 +71,16 @@ def test_the_script_and_its_two_hooks_are_installed_executable():
         hook = task(tasks, f"^Slurm {mode} hook of the job map").args
         assert hook["dest"] == f"/usr/local/libexec/gpumon/slurm-dcgm-job-map-{mode}"
         assert hook["content"].splitlines()[-1] == (
-            "DCGM_HPC_JOB_MAPPING_DIR=/run/gpumon/dcgm-job-map exec "
-            f"/usr/local/libexec/gpumon/slurm-dcgm-job-map {mode}"
+            "DCGM_HPC_JOB_MAPPING_DIR=/run/gpumon/dcgm-job-map DCGM_HPC_JOB_MAPPING_INSTANCES=1 "
+            f"exec /usr/local/libexec/gpumon/slurm-dcgm-job-map {mode}"
         )
+
+
+@pytest.mark.parametrize(("tag", "switch"), [("4.4.2-4.7.1", "0"), ("4.5.3-4.8.2", "1")])
+def test_the_hooks_map_mig_instances_only_for_exporters_that_read_instance_files(tag, switch):
+    tasks = planned({**ON, "dcgm_exporter_version": tag})
+    hook = task(tasks, "^Slurm prolog hook of the job map").args
+    assert f" DCGM_HPC_JOB_MAPPING_INSTANCES={switch} exec " in hook["content"]
 
 
 def test_without_hook_directories_nothing_of_the_sites_slurm_is_touched():

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.reality import capture_text
+
 SCRIPT = Path(__file__).parents[2] / "roles/dcgm_exporter/files/slurm-dcgm-job-map"
 # NVIDIA/dcgm-exporter internal/pkg/transformation/hpc.go:165 @691c9276 (4.5.3-4.8.2)
 EXPORTER_FILE = re.compile(r"^\d+(\.\d+)?$")
@@ -130,3 +132,63 @@ def test_many_jobs_starting_at_once_on_one_gpu_all_keep_their_line(tmp_path):
     assert [
         p.name for p in (tmp_path / "map").iterdir() if p.name.startswith(".") and p.name != ".lock"
     ] == []
+
+
+# ------------------------------------------------------------------- a whole GPU in MIG mode
+
+H100_MIG = "nvidia_gpu_exporter/linux-x86_64__nvidia-h100-mig__590.48.01.txt"
+
+
+def smi_q_of(capture: str) -> str:
+    """The first ``nvidia-smi -q`` section of a nvidia_gpu_exporter capture (one GPU)."""
+    lines = capture.splitlines()
+    start = lines.index("# $ nvidia-smi -q") + 2  # the command line, then the rule
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("####"))
+    return "\n".join(lines[start:end]) + "\n"
+
+
+@pytest.fixture
+def mig_smi(tmp_path) -> Path:
+    """A PATH whose ``nvidia-smi -q -i 0`` prints the real H100's (MIG on: GPU instances 2, 3, 9
+    and 10) and which prints nothing for any other GPU, as for one not in MIG mode."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "smi-q.txt").write_text(smi_q_of(capture_text(H100_MIG)))
+    smi = bindir / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\n[ "$*" = "-q -i 0" ] && cat {bindir}/smi-q.txt\nexit 0\n')
+    smi.chmod(0o755)
+    return bindir
+
+
+def test_a_whole_mig_gpu_maps_each_of_its_gpu_instances_for_exporters_that_key_them(
+    tmp_path, mig_smi
+):
+    # dcgm-exporter 4.5.3-4.8.2 keys a MIG instance's series "<gpu>.<GPU_I_ID>" (hpc.go:98-105
+    # @691c9276): a file "0" alone would label none of GPU 0's series
+    env = {"SLURM_JOB_ID": "31", "SLURM_JOB_GPUS": "0,1", "DCGM_HPC_JOB_MAPPING_INSTANCES": "1",
+           "PATH": f"{mig_smi}:{os.environ['PATH']}"}  # fmt: skip
+    assert run(tmp_path / "map", "prolog", **env).returncode == 0
+    assert exporter_view(tmp_path / "map") == {
+        "0": ["31"], "0.2": ["31"], "0.3": ["31"], "0.9": ["31"], "0.10": ["31"], "1": ["31"],
+    }  # fmt: skip
+    assert run(tmp_path / "map", "epilog", **env).returncode == 0
+    assert exporter_view(tmp_path / "map") == {
+        "0": [], "0.2": [], "0.3": [], "0.9": [], "0.10": [], "1": [],
+    }  # fmt: skip
+
+
+def test_older_exporters_get_no_instance_files(tmp_path, mig_smi):
+    # 4.4.2-4.7.1 reads integer names only (hpc.go:176 @b921c57): the role leaves the switch off
+    env = {"SLURM_JOB_ID": "32", "SLURM_JOB_GPUS": "0",
+           "PATH": f"{mig_smi}:{os.environ['PATH']}"}  # fmt: skip
+    run(tmp_path / "map", "prolog", **env)
+    assert exporter_view(tmp_path / "map") == {"0": ["32"]}
+
+
+def test_the_epilog_clears_instance_files_of_a_layout_changed_since_the_prolog(tmp_path, mig_smi):
+    env = {"SLURM_JOB_ID": "33", "SLURM_JOB_GPUS": "0", "DCGM_HPC_JOB_MAPPING_INSTANCES": "1",
+           "PATH": f"{mig_smi}:{os.environ['PATH']}"}  # fmt: skip
+    run(tmp_path / "map", "prolog", **env)
+    (mig_smi / "smi-q.txt").write_text("")  # MIG turned off, or nvidia-smi not answering
+    run(tmp_path / "map", "epilog", **env)
+    assert all(jobs == [] for jobs in exporter_view(tmp_path / "map").values())
