@@ -139,23 +139,30 @@ def test_many_jobs_starting_at_once_on_one_gpu_all_keep_their_line(tmp_path):
 H100_MIG = "nvidia_gpu_exporter/linux-x86_64__nvidia-h100-mig__590.48.01.txt"
 
 
-def smi_q_of(capture: str) -> str:
-    """The first ``nvidia-smi -q`` section of a nvidia_gpu_exporter capture (one GPU)."""
+def section_of(capture: str, command: str) -> str:
+    """The first section of a nvidia_gpu_exporter capture made by ``command`` (one GPU)."""
     lines = capture.splitlines()
-    start = lines.index("# $ nvidia-smi -q") + 2  # the command line, then the rule
+    start = lines.index(f"# $ {command}") + 2  # the command line, then the rule
     end = next(i for i in range(start, len(lines)) if lines[i].startswith("####"))
     return "\n".join(lines[start:end]) + "\n"
 
 
 @pytest.fixture
 def mig_smi(tmp_path) -> Path:
-    """A PATH whose ``nvidia-smi -q -i 0`` prints the real H100's (MIG on: GPU instances 2, 3, 9
-    and 10) and which prints nothing for any other GPU, as for one not in MIG mode."""
+    """A PATH whose ``nvidia-smi -q -i 0`` and ``-L`` print the real H100's (MIG on: devices 0-3,
+    GPU instances 2, 3, 9 and 10) and which prints nothing for any other GPU, as for one not in
+    MIG mode."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (bindir / "smi-q.txt").write_text(smi_q_of(capture_text(H100_MIG)))
+    (bindir / "smi-q.txt").write_text(section_of(capture_text(H100_MIG), "nvidia-smi -q"))
+    (bindir / "smi-L.txt").write_text(section_of(capture_text(H100_MIG), "nvidia-smi -L"))
     smi = bindir / "nvidia-smi"
-    smi.write_text(f'#!/bin/sh\n[ "$*" = "-q -i 0" ] && cat {bindir}/smi-q.txt\nexit 0\n')
+    smi.write_text(
+        "#!/bin/sh\n"
+        f'[ "$*" = "-q -i 0" ] && cat {bindir}/smi-q.txt\n'
+        f'[ "$*" = "-L" ] && cat {bindir}/smi-L.txt\n'
+        "exit 0\n"
+    )
     smi.chmod(0o755)
     return bindir
 
@@ -192,3 +199,41 @@ def test_the_epilog_clears_instance_files_of_a_layout_changed_since_the_prolog(t
     (mig_smi / "smi-q.txt").write_text("")  # MIG turned off, or nvidia-smi not answering
     run(tmp_path / "map", "epilog", **env)
     assert all(jobs == [] for jobs in exporter_view(tmp_path / "map").values())
+
+
+# Slurm's MIG GRES: in the Prolog/Epilog SLURM_JOB_GPUS holds the GRES indices of the MIG devices
+# and CUDA_VISIBLE_DEVICES their UUIDs (gres_common.c:670-710 @slurm-22-05-8-1)
+MIG_2 = "MIG-00000002-0000-0000-0000-000000000002"  # 1g.10gb, device 2: GPU instance 9
+MIG_3 = "MIG-00000003-0000-0000-0000-000000000003"  # 1g.10gb, device 3: GPU instance 10
+
+
+def test_mig_gres_devices_map_to_their_gpu_instances_not_to_the_gres_indices(tmp_path, mig_smi):
+    env = {"SLURM_JOB_ID": "41", "SLURM_JOB_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": f"{MIG_2},{MIG_3}",
+           "DCGM_HPC_JOB_MAPPING_INSTANCES": "1", "PATH": f"{mig_smi}:{os.environ['PATH']}"}  # fmt: skip
+    assert run(tmp_path / "map", "prolog", **env).returncode == 0
+    assert exporter_view(tmp_path / "map") == {"0.9": ["41"], "0.10": ["41"]}
+    assert run(tmp_path / "map", "epilog", **env).returncode == 0
+    assert exporter_view(tmp_path / "map") == {"0.9": [], "0.10": []}
+
+
+def test_mig_gres_devices_are_not_mapped_for_exporters_that_cannot_key_instances(tmp_path, mig_smi):
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "2", "CUDA_VISIBLE_DEVICES": MIG_2,
+           "PATH": f"{mig_smi}:{os.environ['PATH']}"}  # fmt: skip
+    assert run(tmp_path / "map", "prolog", **env).returncode == 0
+    assert exporter_view(tmp_path / "map") == {}
+
+
+def test_a_mig_device_nvidia_smi_does_not_know_is_skipped_and_the_job_still_runs(tmp_path, mig_smi):
+    env = {"SLURM_JOB_ID": "43", "SLURM_JOB_GPUS": "5", "DCGM_HPC_JOB_MAPPING_INSTANCES": "1",
+           "CUDA_VISIBLE_DEVICES": "MIG-ffffffff-0000-0000-0000-000000000000",
+           "PATH": f"{mig_smi}:{os.environ['PATH']}"}  # fmt: skip
+    assert run(tmp_path / "map", "prolog", **env).returncode == 0
+    assert exporter_view(tmp_path / "map") == {}
+
+
+def test_the_epilog_takes_the_job_out_of_every_file_and_no_other_jobs_line(tmp_path):
+    run(tmp_path / "map", "prolog", SLURM_JOB_ID="50", SLURM_JOB_GPUS="0,1")
+    run(tmp_path / "map", "prolog", SLURM_JOB_ID="51", SLURM_JOB_GPUS="1")
+    (tmp_path / "map" / "1.9").write_text("50\n")  # a MIG layout of the prolog's time
+    run(tmp_path / "map", "epilog", SLURM_JOB_ID="50", SLURM_JOB_GPUS="0")
+    assert exporter_view(tmp_path / "map") == {"0": [], "1": ["51"], "1.9": []}
