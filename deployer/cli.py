@@ -278,8 +278,8 @@ def check(
             click.echo(f"UNREACHABLE {host}: {why}", err=True)
         for host in session.not_judged:
             click.echo(
-                f"NOT JUDGED {host}: no gpu_model in the inventory, and --offline reads no facts "
-                "(run check without --offline, or declare gpu_model)",
+                f"NOT JUDGED {host}: no gpu_model in the inventory, and no facts read "
+                "(--offline, or unreachable): run check without --offline, or declare gpu_model",
                 err=True,
             )
         if not refused and not session.unreachable:

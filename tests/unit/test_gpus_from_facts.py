@@ -97,3 +97,33 @@ def test_check_offline_names_the_hosts_it_cannot_judge_and_judges_the_rest(tmp_p
     assert "NOT JUDGED g2: no gpu_model in the inventory" in result.output
     assert "NOT JUDGED g1" not in result.output
     assert "compatible: every judged GPU host's plan passes the matrix" in result.output
+
+
+def test_a_declared_model_without_a_count_plans_before_facts_and_check_offline_judges_it(
+    tmp_path,
+):
+    (tmp_path / "hosts.yml").write_text(
+        textwrap.dedent(
+            """\
+            all:
+              children:
+                gpu:
+                  hosts:
+                    g1: {ansible_host: 192.0.2.1, gpu_model: H100}
+            """
+        )
+    )
+    result = CliRunner().invoke(cli, ["check", "-i", str(tmp_path / "hosts.yml"), "--offline"])
+    assert result.exit_code == 0, result.output
+    assert "NOT JUDGED" not in result.output
+    assert "compatible: every GPU host's plan passes the matrix" in result.output
+
+
+def test_a_declared_model_the_matrix_refuses_is_refused_offline_without_a_count(tmp_path):
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  children:\n    gpu:\n      hosts:\n"
+        "        g1: {ansible_host: 192.0.2.1, gpu_model: V100, nvidia_driver_branch: '595'}\n"
+    )
+    result = CliRunner().invoke(cli, ["check", "-i", str(tmp_path / "hosts.yml"), "--offline"])
+    assert result.exit_code == 2, result.output
+    assert "REFUSED" in result.output and "g1" in result.output
