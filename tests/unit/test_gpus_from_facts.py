@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
 from click.testing import CliRunner
 
 from deployer.cli import cli
 from deployer.connection import CommandResult
+from deployer.errors import InputError
 from deployer.facts import GPU, HostFacts, parse_facts
 from deployer.gpu import rules, version_plan
 
@@ -127,3 +129,11 @@ def test_a_declared_model_the_matrix_refuses_is_refused_offline_without_a_count(
     result = CliRunner().invoke(cli, ["check", "-i", str(tmp_path / "hosts.yml"), "--offline"])
     assert result.exit_code == 2, result.output
     assert "REFUSED" in result.output and "g1" in result.output
+
+
+def test_an_undeclared_count_the_facts_cannot_give_names_the_host_and_what_to_set():
+    with pytest.raises(InputError) as err:
+        version_plan.plan_from_vars("g1", {"gpu_model": "H100"}, gpu_names=None)
+    assert err.value.key == "gpu_count"
+    assert "host g1" in str(err.value) and "facts show no GPU to count" in str(err.value)
+    assert "declare gpu_count" in str(err.value)
