@@ -137,3 +137,20 @@ def test_an_undeclared_count_the_facts_cannot_give_names_the_host_and_what_to_se
     assert err.value.key == "gpu_count"
     assert "host g1" in str(err.value) and "facts show no GPU to count" in str(err.value)
     assert "declare gpu_count" in str(err.value)
+
+
+def test_one_rule_reads_the_model_from_gpu_names_for_the_plan_and_for_init():
+    from deployer.gpu.matrix import models_from_gpu_names
+    from deployer.init_inventory import finding
+
+    names = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]
+    assert models_from_gpu_names(names) == (
+        {"H100": "NVIDIA H100 80GB HBM3", "A100": "NVIDIA A100-SXM4-80GB"},
+        None,
+    )
+    assert models_from_gpu_names(["NVIDIA H100 80GB HBM3", "Mystery GPU"])[1] == "Mystery GPU"
+    mixed = HostFacts(host="g1", gpus=smi_facts("NVIDIA H100 80GB HBM3", 1).gpus * 2)
+    mixed.gpus[1] = GPU(1, "GPU-1", "NVIDIA A100-SXM4-80GB", 81559, "0:1:0", "Disabled")
+    found = finding("g1", mixed, {})
+    assert "gpu_model" not in found.found and "not recognised" in found.problems[0]
+    assert [r.rule for r in rules.check([plan({}, mixed)])] == ["gpu-models-mixed"]
