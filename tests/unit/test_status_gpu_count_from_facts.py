@@ -160,3 +160,16 @@ all:
     assert exp.gpus == {"gpu01": 8}
     assert exp.gpu_records == {"gpu02": "/srv/textfile/gpumon.prom"}
     assert "gpu02" in exp.ssh
+
+
+def test_the_global_view_holds_undeclared_nodes_to_the_same_counts():
+    from tests.unit.test_status_store import expectation as store_expectation
+    from tests.unit.test_status_store import healthy_stack
+
+    stack = Stack()
+    stack.scraped = {"gpu01": 2, "gpu02": 1}
+    exp = expectation(gpus={}, gpu_records={"gpu01": RECORD, "gpu02": RECORD})
+    exp.store = store_expectation(gpus={})  # what store.expect gives with no gpu_count
+    checks = status.collect(exp, stack, None, now=lambda: NOW, store_fetch=healthy_stack())
+    once = row(checks, "victoriametrics", "every GPU once")
+    assert once.ok and once.detail.startswith("3 GPUs of 2 hosts"), once
