@@ -22,6 +22,7 @@ import click
 from deployer import __version__, init_inventory, library_logs
 from deployer import restore as restore_mod
 from deployer.errors import InputError
+from deployer.facts import HostFacts
 from deployer.gpu import preflight
 from deployer.inventory import group_map
 from deployer.rollout.options import RolloutOptions
@@ -278,8 +279,8 @@ def check(
             click.echo(f"UNREACHABLE {host}: {why}", err=True)
         for host in session.not_judged:
             click.echo(
-                f"NOT JUDGED {host}: no gpu_model in the inventory, and --offline reads no facts "
-                "(run check without --offline, or declare gpu_model)",
+                f"NOT JUDGED {host}: no gpu_model in the inventory, and no facts read "
+                "(--offline, or unreachable): run check without --offline, or declare gpu_model",
                 err=True,
             )
         if not refused and not session.unreachable:
@@ -300,13 +301,7 @@ def facts(
     inventory: Path, limit: str | None, extra_vars: tuple[str, ...], forks: int, output: str
 ) -> None:
     """Gather and print host facts: OS, GPUs, driver versions, DCGM, exporter, NVSwitch."""
-    session = DeploySession.load(
-        RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars)), plan=False
-    )
-    try:
-        gathered = session.gather_facts(session.hosts, forks)
-    finally:
-        session.pool.close_all()
+    session, _, gathered = _facts_of(inventory, limit, extra_vars, forks)
     if output == "json":
         data = {h: f.to_json() for h, f in gathered.items()}
         click.echo(json.dumps({"hosts": data, "unreachable": session.unreachable}, indent=2))
@@ -325,6 +320,26 @@ def facts(
                 f"nvswitch={f.nvswitch}{flag}"
             )
     sys.exit(EXIT_FAILED if session.unreachable else EXIT_OK)
+
+
+def _facts_of(
+    inventory: Path,
+    limit: str | None,
+    extra_vars: tuple[str, ...],
+    forks: int,
+    hosts_of: Callable[[DeploySession], list[str]] | None = None,
+) -> tuple[DeploySession, list[str], dict[str, HostFacts]]:
+    """One session (no plan), the hosts read (the selected ones, or those ``hosts_of`` picks)
+    and, read-only and in parallel, their facts; the connections closed. ``facts`` and ``init``
+    read them so."""
+    session = DeploySession.load(
+        RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars)), plan=False
+    )
+    hosts = hosts_of(session) if hosts_of is not None else session.hosts
+    try:
+        return session, hosts, session.gather_facts(hosts, forks)
+    finally:
+        session.pool.close_all()
 
 
 @cli.command()
@@ -589,20 +604,18 @@ def init(
     """Read the GPU hosts' facts and write beside the inventory the variables the product needs
     (GPU model and count, NVSwitch, the driver branch loaded now, the --group mapping); existing
     files are never rewritten."""
-    session = DeploySession.load(
-        RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars)), plan=False
-    )
-    gpu = preflight.gpu_hosts(session.inventory, session.hosts)
-    if not gpu:
-        raise InputError(
-            "no selected host is in group gpu: map your GPU group first (--group gpu=GROUP)",
-            source=str(inventory),
-            key="gpumon_groups",
-        )
-    try:
-        gathered = session.gather_facts(gpu, forks)
-    finally:
-        session.pool.close_all()
+
+    def gpu_hosts(session: DeploySession) -> list[str]:
+        gpu = preflight.gpu_hosts(session.inventory, session.hosts)
+        if not gpu:
+            raise InputError(
+                "no selected host is in group gpu: map your GPU group first (--group gpu=GROUP)",
+                source=str(inventory),
+                key="gpumon_groups",
+            )
+        return gpu
+
+    session, gpu, gathered = _facts_of(inventory, limit, extra_vars, forks, gpu_hosts)
     findings = []
     for host in gpu:
         if host in session.unreachable:

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from deployer.facts import HostFacts
-from deployer.gpu.matrix import model_from_gpu_name
+from deployer.gpu.matrix import models_from_gpu_names
 
 GPU_VARS = ("gpu_model", "gpu_count", "nvswitch", "nvidia_driver_branch")
 
@@ -47,11 +47,12 @@ def finding(host: str, facts: HostFacts, declared: Mapping[str, Any]) -> Finding
     if not names:
         out.problems.append("no GPU seen (no nvidia-smi answer, no NVIDIA GPU on the PCI bus)")
     else:
-        models = {model_from_gpu_name(n) for n in names}
-        if None in models or len(models) != 1:
+        # The model as the plan reads it (gpu/rules.py: one model, every name known).
+        models, unknown = models_from_gpu_names(names)
+        if unknown is not None or len(models) != 1:
             out.problems.append(f"GPU model not recognised from {where}: {', '.join(set(names))}")
         else:
-            out.found["gpu_model"] = models.pop()
+            (out.found["gpu_model"],) = models
         out.found["gpu_count"] = len(names)
     out.found["nvswitch"] = bool(facts.nvswitch)
     if facts.driver_loaded:

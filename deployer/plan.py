@@ -21,7 +21,13 @@ from deployer.modules import MODULES
 from deployer.modules.base import ArgError, Module, PrepareContext
 from deployer.roles import META, Play, Role, Task, VariableSpec, load_role
 from deployer.secrets import mask_text
-from deployer.templating import Renderer, TemplatedVars, make_environment
+from deployer.templating import (
+    Renderer,
+    TemplatedVars,
+    UndefinedVariable,
+    make_environment,
+    shown_path,
+)
 from deployer.varformats import FORMATS
 
 ALWAYS = "always"
@@ -260,7 +266,14 @@ class Planner:
         """A flag variable's value, as the host's tasks see it, in its daemon's format."""
         if spec.name not in variables:
             return
-        value = variables[spec.name]
+        try:
+            value = variables[spec.name]
+        except UndefinedVariable as exc:
+            found = getattr(self.inventory.hosts.get(host), "origins", {}).get(spec.name)
+            where = f"{shown_path(spec.source)}:{spec.line}, {spec.name}'s argument spec"
+            if found:
+                where += f"; {spec.name} is set at {found}"
+            raise exc.read_by(where, source=spec.source, line=spec.line) from exc
         values = value if spec.elements and isinstance(value, list) else [value]
         if spec.elements and not isinstance(value, list):
             why = f"must be a list, got {type(value).__name__}"

@@ -221,13 +221,22 @@ class DeploySession:
                 if h in wanted:
                     per_host[h].append(play)
         gpu = set(preflight.gpu_hosts(self.inventory, list(hosts)))
+        # The GPUs of every GPU host whose facts this session read, as the plan counts them
+        # (gpu_names: nvidia-smi, else the PCI bus): the replicas' remote_write sizing reads it
+        # for a host that declares no gpu_count (monitoring/remote_write.py).
+        counted = {
+            h: len(f.gpu_names()[0]) for h, f in (facts or {}).items() if f and f.gpu_names()[0]
+        }
         plans = []
         with self._planning:
             for h in hosts:
                 if not per_host[h]:
                     continue
                 found = (facts or {}).get(h)
-                context: dict[str, Any] = {"facts": (found or validation_facts(h)).to_json()}
+                context: dict[str, Any] = {
+                    "facts": (found or validation_facts(h)).to_json(),
+                    "gpumon_gpu_counts": counted,
+                }
                 if h in gpu:
                     # The GPU roles read the resolved compatibility plan (deployer/gpu/gpu_plan.py),
                     # for the driver the host is to run (preflight.choose_driver).
@@ -267,6 +276,40 @@ class DeploySession:
                 else:
                     self.unreachable[host] = error or "unreachable"
         return self.facts
+
+    def sizing_hosts(self) -> list[str]:
+        """GPU hosts outside the selection whose GPUs a selected Prometheus replica sizes its
+        remote_write for and whose inventory declares no gpu_count (their count is in facts)."""
+        self.load_content()
+        replicas = {
+            h for p in self.plays if "prometheus" in p.roles for h in self.play_hosts(p)
+        } & {p.host for p in self.plans}
+        if not replicas:
+            return []
+        return [
+            h
+            for h in preflight.gpu_hosts(self.inventory, list(self.inventory.hosts))
+            if h not in self.facts
+            and h not in self.unreachable
+            and self.inventory.host(h).vars.get("gpu_count") is None
+        ]
+
+    def gather_sizing_facts(self, forks: int = DEFAULT_FORKS) -> None:
+        """Facts (read-only) of ``sizing_hosts``, so a run limited to the replicas sizes their
+        queues as a run over the whole inventory does. An unreachable one is noted, not failed
+        (it is not converged by this run): its GPUs are then estimated (8)."""
+        hosts = self.sizing_hosts()
+        if not hosts:
+            return
+        self.gather_facts(hosts, forks)
+        for h in hosts:
+            why = self.unreachable.pop(h, None)
+            if why is not None:
+                print(
+                    f"NOTE {h}: its facts could not be read ({why}): the replicas' remote_write "
+                    "is sized with 8 GPUs for it (declare gpu_count to size without facts)",
+                    file=sys.stderr,
+                )
 
     def driver_choice(
         self, host: str, overrides: Mapping[str, Any] = EMPTY
@@ -314,10 +357,16 @@ class DeploySession:
             )
         choices = {h: self.driver_choice(h) for h in gpu}
         variables = {h: c.variables for h, c in choices.items()}
-        if offline:
-            # Without facts a host that declares no model cannot be judged: say so, judge the rest.
-            self.not_judged = [h for h in gpu if variables[h].get("gpu_model") in (None, "")]
-            gpu = [h for h in gpu if h not in self.not_judged]
+        # Without facts (--offline, or unreachable) a host that declares no model cannot be
+        # judged: say so, judge the rest. One that declares a model but no count is judged on
+        # the model: no rule of the matrix reads the count but gpu-count-facts, which compares
+        # it with facts (deployer/gpu/rules.py).
+        factless = [h for h in gpu if offline or h not in self.facts]
+        self.not_judged = [h for h in factless if variables[h].get("gpu_model") in (None, "")]
+        gpu = [h for h in gpu if h not in self.not_judged]
+        for h in factless:
+            if variables[h].get("gpu_count") is None:
+                variables[h] = {**variables[h], "gpu_count": 1}
         plans = preflight.host_plans(
             self.inventory, gpu, variables, None if offline else self.facts
         )
@@ -358,6 +407,7 @@ class DeploySession:
         reported on the console (and as JSON)."""
         try:
             self.gather_facts([p.host for p in self.plans], forks)
+            self.gather_sizing_facts(forks)
             refused = self.preflight(offline=False, forks=forks, out_of_service=out_of_service)
             if refused:
                 raise preflight.PreflightRefused(

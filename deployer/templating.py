@@ -26,6 +26,94 @@ from deployer.secrets import MASK, is_secret_path
 from deployer.unsafe import UnsafeText
 
 _WHOLE_EXPR = re.compile(r"^\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\Z", re.S)
+_UNDEFINED_NAME = re.compile(r"^'(?P<name>[A-Za-z_][A-Za-z0-9_]*)' is undefined$")
+_NO_ATTRIBUTE = re.compile(r"^'(?P<obj>[^']*)' (?:object )?has no attribute '(?P<attr>[^']+)'$")
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+class UndefinedVariable(InputError):
+    """A variable (or a key of one) that a role file or a variable's value reads and the host
+    does not have: the message names the host, the variable, where it is read and where to set
+    it, as one sentence (``source``/``line``/``key`` keep the parts for callers)."""
+
+    def __init__(
+        self,
+        what: str,
+        fix: str,
+        *,
+        source: str | None = None,
+        line: int | None = None,
+        key: str | None = None,
+    ) -> None:
+        super().__init__(f"{what}; {fix}" if fix else what, source=source, line=line, key=key)
+        self.what, self.fix = what, fix
+
+    def read_by(self, where: str, *, source: str, line: int | None) -> UndefinedVariable:
+        """The same error, saying also where the value that failed is read."""
+        return UndefinedVariable(
+            f"{self.what} (that value is read by {where})",
+            self.fix,
+            source=source,
+            line=line,
+            key=self.key,
+        )
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def shown_path(path: str) -> str:
+    """A role file as the user finds it: relative to the product's directory when it is one of
+    the product's, else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(_ROOT))
+    except ValueError:
+        return path
+
+
+def _host_of(variables: Mapping[str, Any]) -> str | None:
+    try:
+        host = variables["inventory_hostname"]
+    except (KeyError, jinja2.UndefinedError, InputError):
+        return None
+    return str(host)
+
+
+def undefined_error(
+    exc: jinja2.UndefinedError,
+    variables: Mapping[str, Any],
+    where: str,
+    *,
+    source: str | None,
+    line: int | None,
+) -> UndefinedVariable:
+    """``exc`` (Jinja's "'x' is undefined" or "... has no attribute 'k'") as the error a user can
+    act on: "host H: variable x is undefined (read by WHERE); set it in ..."."""
+    host = _host_of(variables)
+    who = f"host {host}: " if host else ""
+    text = str(exc)
+    name = _UNDEFINED_NAME.match(text)
+    attr = _NO_ATTRIBUTE.match(text)
+    if name:
+        var = name.group("name")
+        fix = (
+            f"set it for {host if host else 'the host'} in the inventory (host_vars/"
+            f"{host or 'HOST'}.yml, or group_vars/GROUP.yml of one of its groups) or with "
+            f"-e {var}=..."
+        )
+        what = f"{who}variable {var} is undefined (read by {where})"
+        key: str | None = var
+    elif attr:
+        part = attr.group("attr")
+        what = (
+            f"{who}a variable read by {where} has no key or attribute {part!r} "
+            f"(it is a {attr.group('obj')})"
+        )
+        fix = f"add {part} to that variable where it is set"
+        key = part
+    else:
+        what, fix, key = f"{who}{text} (read by {where})", "", None
+    return UndefinedVariable(what, fix, source=source, line=line, key=key)
 
 
 def _to_yaml(value: Any, indent: int = 2) -> str:
@@ -184,8 +272,24 @@ class Renderer:
             raise InputError(
                 f"template syntax error: {exc.message}", source=path, line=exc.lineno
             ) from exc
+        except jinja2.UndefinedError as exc:
+            line = _template_line(exc, path, template)
+            where = shown_path(path) + (f":{line}" if line is not None else "")
+            raise undefined_error(exc, variables, where, source=path, line=line) from exc
+        except UndefinedVariable as exc:
+            # A variable's value read by this template failed: say where the template reads it.
+            if exc.source is not None:
+                raise
+            line = _template_line(exc, path, template)
+            where = shown_path(path) + (f":{line}" if line is not None else "")
+            raise exc.read_by(where, source=path, line=line) from exc
+        except KeyError as exc:
+            # The product's Python that a template calls (file_sd, remote_write, ...) read a
+            # variable, or a key of one, the host does not have.
+            line = _template_line(exc, path, template)
+            where = shown_path(path) + (f":{line}" if line is not None else "")
+            raise _missing_key(exc, variables, where, source=path, line=line) from exc
         except (
-            jinja2.UndefinedError,
             jinja2.TemplateError,
             TypeError,
             ValueError,
@@ -234,6 +338,24 @@ class Renderer:
                 if whole:
                     return self._eval(whole.group("expr"), variables)
                 return self._render(self._from_string(value), variables)
+            except jinja2.UndefinedError as exc:
+                own = source is None or source.startswith("variables of")
+                if line is not None and "\n" in value:
+                    # A block scalar: its text starts on the line after its key.
+                    inner = _template_line(exc, "<template>", self._string_cache.get(value))
+                    line += inner or 0
+                raise undefined_error(
+                    exc,
+                    variables,
+                    _read_by(source, line, key),
+                    source=None if own else source,
+                    line=None if own else line,
+                ) from exc
+            except UndefinedVariable as exc:
+                # A variable's value read by this task failed: say where the task reads it.
+                if exc.source is not None or source is None or source.startswith("variables of"):
+                    raise
+                raise exc.read_by(_read_by(source, line, key), source=source, line=line) from exc
             except (jinja2.TemplateError, TypeError, ValueError, ArithmeticError, re.error) as exc:
                 raise InputError(
                     f"cannot render {_shown(value, key)}: {exc}", source=source, line=line, key=key
@@ -262,6 +384,10 @@ class Renderer:
             text = whole.group("expr")
         try:
             return self._eval(text, variables)
+        except jinja2.UndefinedError as exc:
+            raise undefined_error(
+                exc, variables, _read_by(source, line, key), source=source, line=line
+            ) from exc
         except (
             jinja2.TemplateError,
             TypeError,
@@ -276,6 +402,45 @@ class Renderer:
                 line=line,
                 key=key,
             ) from exc
+
+
+def _python_frame(exc: BaseException) -> str | None:
+    """The innermost frame of the product's own Python (not this module, not Jinja) in ``exc``'s
+    traceback, as ``deployer/...py:LINE``."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name.startswith(str(_ROOT / "deployer")) and not name.endswith("templating.py"):
+            found = f"{shown_path(name)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return found
+
+
+def _missing_key(
+    exc: KeyError, variables: Mapping[str, Any], where: str, *, source: str, line: int | None
+) -> UndefinedVariable:
+    host = _host_of(variables)
+    who = f"host {host}: " if host else ""
+    key = str(exc.args[0]) if exc.args else "?"
+    by = _python_frame(exc)
+    read = f"{by}, called from {where}" if by else where
+    return UndefinedVariable(
+        f"{who}{key!r} is missing: a variable, or a key of a mapping variable (read by {read})",
+        f"set it (or add the key to the variable) in the inventory for {host or 'the host'}, "
+        "or with -e",
+        source=source,
+        line=line,
+        key=key,
+    )
+
+
+def _read_by(source: str | None, line: int | None, key: str) -> str:
+    """Where a value is read: a role file's line and the task key, or (a variable's own value,
+    rendered on use) the variable."""
+    if source is None or source.startswith("variables of"):
+        return f"the value of {key}"
+    return f"{shown_path(source)}{f':{line}' if line is not None else ''} ({key})"
 
 
 def _shown(value: str, key: str) -> str:

@@ -257,8 +257,8 @@ def template_plan(
     except PlanRefused:
         pass
     except InputError as exc:
-        # Only a missing model may wait for facts; every malformed value is refused now.
-        if exc.key != "gpu_model" or variables.get("gpu_model") not in (None, ""):
+        # Only a missing model or count may wait for facts; every malformed value is refused now.
+        if exc.key not in ("gpu_model", "gpu_count") or variables.get(exc.key) not in (None, ""):
             raise
     model = variables.get("gpu_model") or _STAND_IN_MODEL
     fallback = {

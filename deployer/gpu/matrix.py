@@ -385,3 +385,16 @@ def model_from_gpu_name(name: str) -> str | None:
             ):
                 found.add(model.name)
     return found.pop() if len(found) == 1 else None
+
+
+def models_from_gpu_names(names: list[str]) -> tuple[dict[str, str], str | None]:
+    """The models a host's GPU names show, each with the first name that shows it, in order, and
+    the first name no model matches (None: every name is known). One model and no unknown name:
+    the host's model (gpu/rules.py ``_effective_model``, init_inventory.py ``finding``)."""
+    seen: dict[str, str] = {}
+    for name in names:
+        model = model_from_gpu_name(name)
+        if model is None:
+            return seen, name
+        seen.setdefault(model, name)
+    return seen, None

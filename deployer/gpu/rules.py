@@ -31,7 +31,7 @@ from deployer.gpu.matrix import (
     Citation,
     DriverBranch,
     GpuModel,
-    model_from_gpu_name,
+    models_from_gpu_names,
     version_key,
 )
 from deployer.gpu.version_plan import VersionPlan
@@ -146,17 +146,14 @@ def _effective_model(s: _State) -> GpuModel | None:
     inventory = m.models[plan.gpu_model] if plan.gpu_model else None
     if not plan.gpu_names:
         return inventory
-    seen: dict[str, str] = {}
-    for name in plan.gpu_names:
-        model = model_from_gpu_name(name)
-        if model is None:
-            s.refuse(
-                "gpu-name-unknown",
-                f"GPU name {name!r} from facts matches no model in the matrix",
-                "add the name to deployer/data/compat.yml, or set gpu_model and run with --offline",
-            )
-            return None
-        seen.setdefault(model, name)
+    seen, unknown = models_from_gpu_names(plan.gpu_names)
+    if unknown is not None:
+        s.refuse(
+            "gpu-name-unknown",
+            f"GPU name {unknown!r} from facts matches no model in the matrix",
+            "add the name to deployer/data/compat.yml, or set gpu_model and run with --offline",
+        )
+        return None
     if len(seen) > 1:
         s.refuse(
             "gpu-models-mixed",

@@ -120,6 +120,12 @@ def plan_from_vars(
     count = variables.get("gpu_count")
     if count is None:
         count = len(gpu_names) if gpu_names else None
+    if count is None:
+        raise bad(
+            "gpu_count",
+            "not set, and the host's facts show no GPU to count (no nvidia-smi, no NVIDIA GPU on "
+            "the PCI bus): declare gpu_count, e.g. in host_vars or group_vars",
+        )
     if isinstance(count, str) and count.strip().isdigit():
         count = int(count)
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:

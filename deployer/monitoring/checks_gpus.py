@@ -59,3 +59,60 @@ def gpus_by_node(series: Iterable[Mapping[str, Any]]) -> tuple[dict[str, int], d
         else:
             no_uuid[node] = no_uuid.get(node, 0) + 1
     return {n: len(u) for n, u in uuids.items()}, no_uuid
+
+
+RECORD_METRIC = "gpumon_expected_gpus"
+
+
+def record_command(path: str) -> str:
+    """Read-only: the record ``up`` left on a GPU host (nothing printed when there is none)."""
+    return f"cat {path} 2>/dev/null || true"
+
+
+def parse_record(text: str) -> int | None:
+    """The count in the node_exporter textfile ``up`` wrote (``gpumon_expected_gpus N``), or
+    None when the file is absent or holds no such sample."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == RECORD_METRIC:
+            try:
+                return int(float(parts[1]))
+            except ValueError:
+                return None
+    return None
+
+
+def expected_counts(
+    declared: Mapping[str, int],
+    undeclared: Iterable[str],
+    recorded: Mapping[str, int | None],
+    facts_counts: Mapping[str, tuple[int, str] | None],
+    scraped: Mapping[str, int] | None = None,
+) -> dict[str, tuple[int | None, str]]:
+    """Per GPU node the number of GPUs status holds it to, and where the number comes from.
+
+    The rule of the plan (deployer/gpu/gpu_plan.py, rule ``gpu-count-facts``): a declared
+    ``gpu_count`` is the number (``up``'s preflight refuses facts that contradict it). Without one,
+    the count ``up`` planned from the facts and recorded on the host: a GPU that fell off the bus
+    since then lowers what the facts show now, and must not lower what the node is held to. A
+    node ``up`` never recorded is held to what its facts show now (``facts_counts``: count and
+    source, nvidia-smi or the PCI bus); without host access, to the record as the replicas
+    scraped it (``scraped``). None: nothing gives a number (the row fails and says why)."""
+    out: dict[str, tuple[int | None, str]] = {n: (c, "gpu_count") for n, c in declared.items()}
+    for node in undeclared:
+        if node in out:
+            continue
+        record = recorded.get(node)
+        found = facts_counts.get(node)
+        if record is not None:
+            note = "recorded by up"
+            if found is not None and found[0] != record:
+                note += f"; facts now show {found[0]} ({found[1]})"
+            out[node] = (record, note)
+        elif found is not None and found[0] > 0:
+            out[node] = (found[0], f"facts, {found[1]}; no record of up on the host")
+        elif scraped and node in scraped:
+            out[node] = (scraped[node], f"{RECORD_METRIC} as scraped")
+        else:
+            out[node] = (None, "no gpu_count declared, no record of up and no facts to count")
+    return out

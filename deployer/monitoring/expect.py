@@ -19,6 +19,12 @@ from deployer.monitoring import file_sd
 from deployer.monitoring.checks_gpus import presence_metric
 from deployer.monitoring.file_sd import Target, truthy
 
+# Where the node_exporter role writes ``gpumon_expected_gpus`` (roles/node_exporter/tasks/main.yml,
+# "expected GPU count for the fell-off-the-bus alert"; the directory is the role's
+# node_exporter_textfile_dir, its default here, the host's own value in load_expectation).
+RECORD_FILE = "gpumon.prom"
+DEFAULT_TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
+
 
 @dataclass(frozen=True)
 class Replica:
@@ -54,7 +60,11 @@ class StackExpectation:
     replicas: list[Replica] = field(default_factory=list)
     alertmanagers: list[Peer] = field(default_factory=list)
     targets: list[Target] = field(default_factory=list)
-    gpus: dict[str, int] = field(default_factory=dict)
+    gpus: dict[str, int] = field(default_factory=dict)  # the inventory's gpu_count (declared)
+    # GPU nodes with no gpu_count: their count is the one ``up`` planned from facts and recorded
+    # on the host (node -> the node_exporter textfile it wrote, ``gpumon_expected_gpus``), else
+    # the facts status reads now (``gpu_counts``).
+    gpu_records: dict[str, str] = field(default_factory=dict)
     gpu_metric: str = field(default_factory=presence_metric)
     gpu_hosts: list[str] = field(default_factory=list)  # hosts of the GPU driver play
     thanos_active: bool = False
@@ -108,6 +118,8 @@ def expect(
             count = hostvars[node].get("gpu_count")
             if count is not None:
                 exp.gpus[node] = int(count)
+            else:
+                exp.gpu_records[node] = f"{DEFAULT_TEXTFILE_DIR}/{RECORD_FILE}"
     for host, v in alertmanager_vars.items():
         address = str(v.get("ansible_host", host))
         config_dir = str(v["alertmanager_config_dir"])
@@ -188,6 +200,10 @@ def load_expectation(
             source=str(inventory),
         )
     exp.gpu_hosts = hosts_of("nvidia_driver")[1]
+    if exp.gpu_records:
+        for h, v in variables_of("node_exporter").items():
+            if h in exp.gpu_records:
+                exp.gpu_records[h] = f"{v['node_exporter_textfile_dir']}/{RECORD_FILE}"
     if any("gpumon_scheduler" in session.inventory.host(h).vars for h in exp.gpu_hosts):
         from deployer.monitoring import slurm
 
@@ -197,6 +213,7 @@ def load_expectation(
     slurm_hosts = [h for h in (exp.slurm.clusters if exp.slurm else ()) if h != "controller"]
     for h in [
         *exp.gpu_hosts,
+        *exp.gpu_records,
         *(r.host for r in exp.replicas),
         *(p.host for p in exp.alertmanagers),
         *slurm_hosts,

@@ -93,6 +93,7 @@ def samples_per_second(variables: Mapping[str, Any]) -> float:
     }
     hostvars = variables["hostvars"]
     per_gpu = int(estimate["dcgm_per_gpu"])
+    counted = variables.get("gpumon_gpu_counts") or {}
     total = 0.0
     for job in variables["prometheus_scrape_jobs"]:
         hosts = file_sd.job_members(variables, job)
@@ -105,7 +106,12 @@ def samples_per_second(variables: Mapping[str, Any]) -> float:
             tier = hv.get("scrape_tier")
             every = tiers.get(str(tier), default_every) if tier is not None else default_every
             if job == "dcgm":
+                # The plan's count: the declared gpu_count, else what the host's facts counted
+                # (the session's ``gpumon_gpu_counts``), else (no facts read: check --offline,
+                # an unreachable host) an estimate of 8.
                 gpus = hv.get("gpu_count")
+                if gpus is None:
+                    gpus = counted.get(h)
                 series = int(gpus if gpus is not None else 8) * per_gpu
             else:
                 series = flat

@@ -19,7 +19,8 @@ fails, naming the host and the cause, when:
 - ``*`` ``external labels distinct`` / ``replicas evaluate the same rules``: two replicas share
   external labels / evaluate different rule groups or rules;
 - gpus ``N GPUs in the exporter's metrics``: a replica sampled another number of distinct GPU
-  UUIDs for the node since it started (checks_gpus.py);
+  UUIDs for the node since it started (checks_gpus.py); N is the declared gpu_count, else (the
+  plan's rule: the count from facts) what ``up`` recorded on the host, else its facts now;
 - alertmanager ``cluster ready with every peer``: not ready or a peer missing (pending: settling);
   ``loaded config = on disk``: the config it runs is not alertmanager.yml on disk (by MD5), or a
   template changed since; ``*`` ``peers run the same config``;
@@ -37,6 +38,7 @@ for real against the lab (tests/integration/test_monitoring.py).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -52,7 +54,14 @@ from deployer.executor import DEFAULT_FORKS
 from deployer.facts import HostFacts, gather
 from deployer.monitoring.check import FAILED, OK, PENDING, Check, clock, parse_time, worst
 from deployer.monitoring.checks_driver import driver_check
-from deployer.monitoring.checks_gpus import gpu_query, gpus_by_node
+from deployer.monitoring.checks_gpus import (
+    RECORD_METRIC,
+    expected_counts,
+    gpu_query,
+    gpus_by_node,
+    parse_record,
+    record_command,
+)
 from deployer.monitoring.checks_loaded import (
     ALERTMANAGER_GAUGES,
     AM_HASH,
@@ -119,6 +128,8 @@ class _Obs:
     )
     am_disk: dict[str, tuple[AlertmanagerDisk | None, str | None]] = field(default_factory=dict)
     facts: dict[str, tuple[HostFacts | None, str | None]] = field(default_factory=dict)
+    records: dict[str, int | None] = field(default_factory=dict)  # GPU node -> what up recorded
+    scraped_records: dict[str, dict[str, int]] = field(default_factory=dict)  # replica -> node -> N
     slurm: Any = None  # monitoring.slurm.SlurmObservation, when the inventory opts in
 
 
@@ -145,10 +156,16 @@ def _observe_replica(exp: StackExpectation, rep: Replica, fetch: Fetch, obs: _Ob
     obs.rules[rep.host] = err if err is not None else list(data.get("groups") or [])
     data, err = api_data(fetch, f"{rep.url}/api/v1/targets?state=active")
     obs.targets[rep.host] = err if err is not None else active_targets(data)
-    if exp.gpus:
+    if exp.gpus or exp.gpu_records:
         started = gauges.get(START) if gauges is not None else None
         series, err = query(fetch, rep.url, gpu_query(exp.gpu_metric, since=started))
         obs.gpus[rep.host] = err if err is not None else series
+    if exp.gpu_records:
+        series, err = query(fetch, rep.url, f"max by (node) ({RECORD_METRIC})")
+        if err is None:
+            obs.scraped_records[rep.host] = {
+                str(s["metric"].get("node", "")): int(float(s["value"][1])) for s in series or []
+            }
 
 
 def _observe_alertmanager(peer: Peer, fetch: Fetch, obs: _Obs) -> None:
@@ -175,6 +192,7 @@ def _observe_host(
     gpu: bool,
     hosts: Opener,
     obs: _Obs,
+    record: str | None = None,
 ) -> None:
     """Every read-only command status runs on ``host``, one after the other on its one pooled
     connection. A connection that failed is closed, so the next round (``--wait``) opens a new
@@ -190,6 +208,9 @@ def _observe_host(
             obs.am_disk[host] = (parse_alertmanager(out) if out is not None else None, err)
         if gpu:
             obs.facts[host] = (gather(conn), None)
+        if record is not None:
+            out, _ = _on_host(conn, record_command(record))
+            obs.records[host] = parse_record(out or "")
     except Exception as exc:  # unreachable, host key refused, a dropped session
         why = str(exc) or type(exc).__name__
         if replica is not None:
@@ -217,15 +238,16 @@ def _observe(
     obs = _Obs()
     replicas = {r.host: r for r in exp.replicas}
     peers = {p.host: p for p in exp.alertmanagers}
-    gpu_hosts = set(exp.gpu_hosts)
+    gpu_hosts = {*exp.gpu_hosts, *exp.gpu_records}
     with ThreadPoolExecutor(max_workers=workers) as api, ThreadPoolExecutor(forks) as ssh:
         jobs = [api.submit(_observe_replica, exp, r, fetch, obs) for r in exp.replicas]
         jobs += [api.submit(_observe_alertmanager, p, fetch, obs) for p in exp.alertmanagers]
         if hosts is not None and exp.slurm is not None:
             jobs.append(api.submit(_observe_slurm, exp, fetch, hosts, obs))
         if hosts is not None:
-            for h in dict.fromkeys([*exp.gpu_hosts, *replicas, *peers]):
-                args = (h, replicas.get(h), peers.get(h), h in gpu_hosts, hosts, obs)
+            for h in dict.fromkeys([*exp.gpu_hosts, *exp.gpu_records, *replicas, *peers]):
+                record = exp.gpu_records.get(h)
+                args = (h, replicas.get(h), peers.get(h), h in gpu_hosts, hosts, obs, record)
                 jobs.append(ssh.submit(_observe_host, *args))
         for j in jobs:
             j.result()
@@ -362,6 +384,22 @@ def _distinct_labels(exp: StackExpectation, labels: Mapping[str, dict[str, str] 
     return Check("prometheus", "*", "external labels distinct", OK, f"{len(seen)} replicas{note}")
 
 
+def gpu_counts(exp: StackExpectation, obs: _Obs) -> dict[str, tuple[int | None, str]]:
+    """The number of GPUs each GPU node is held to and where it comes from: the declared
+    gpu_count, else what ``up`` recorded on the host, else its facts now (checks_gpus)."""
+    facts_counts: dict[str, tuple[int, str] | None] = {}
+    for node in exp.gpu_records:
+        found = obs.facts.get(node, (None, None))[0]
+        if found is not None:
+            names, source = found.gpu_names()
+            facts_counts[node] = (len(names), source or "no GPU seen")
+    scraped: dict[str, int] = {}
+    for per_node in obs.scraped_records.values():
+        for node, n in per_node.items():
+            scraped[node] = max(n, scraped.get(node, 0))
+    return expected_counts(exp.gpus, exp.gpu_records, obs.records, facts_counts, scraped)
+
+
 def _gpu_checks(
     exp: StackExpectation, obs: _Obs, target_states: Mapping[str, dict[tuple[str, str], str]]
 ) -> list[Check]:
@@ -374,7 +412,10 @@ def _gpu_checks(
     for rep in exp.replicas:
         if isinstance(counted.get(rep.host), str):
             out.append(Check("prometheus", rep.host, "GPU metrics", FAILED, str(counted[rep.host])))
-    for node, want in exp.gpus.items():
+    for node, (want, source) in gpu_counts(exp, obs).items():
+        if want is None:
+            out.append(Check("gpus", node, "GPUs in the exporter's metrics", FAILED, source))
+            continue
         states, notes = [], []
         asked = 0
         for rep in exp.replicas:
@@ -402,7 +443,8 @@ def _gpu_checks(
                 node,
                 f"{want} GPUs in the exporter's metrics",
                 worst(states),
-                "; ".join(notes) or f"{want}/{want} (distinct UUIDs) on {asked} replica(s)",
+                ("; ".join(notes) or f"{want}/{want} (distinct UUIDs) on {asked} replica(s)")
+                + ("" if source == "gpu_count" else f" ({source})"),
             )
         )
     return out
@@ -480,7 +522,7 @@ def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> 
             if isinstance(obs.rules.get(r.host), list)
         }
         checks.append(same_rules_check(sets))
-        if exp.gpus:
+        if exp.gpus or exp.gpu_records:
             checks.extend(_gpu_checks(exp, obs, target_states))
     for peer in exp.alertmanagers:
         checks.extend(_alertmanager_checks(exp, peer, obs, now, with_hosts))
@@ -578,7 +620,12 @@ def collect(
 
     obs = _observe(exp, fetch, hosts, workers, forks)
     checks = judge(exp, obs, now=now(), with_hosts=hosts is not None)
-    stored = store.collect(exp.store, store_fetch or http_fetch)
+    stored_exp = exp.store
+    if stored_exp is not None and exp.gpu_records:
+        # The global view holds every node to the same count as the replicas' rows.
+        counts = {n: c for n, (c, _) in gpu_counts(exp, obs).items() if c is not None}
+        stored_exp = dataclasses.replace(stored_exp, gpus=counts)
+    stored = store.collect(stored_exp, store_fetch or http_fetch)
     return checks + _thanos_checks(exp, fetch) + stored
 
 

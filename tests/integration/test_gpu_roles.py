@@ -319,6 +319,47 @@ def test_a_kubespray_shaped_inventory_with_its_models_declared_converges_with_gr
     assert changed == []
 
 
+def facts_only_copy(lab: Lab, dest: Path, keep: tuple[str, ...]) -> Path:
+    """The lab's inventory as a cluster of the GPU hosts ``keep`` (the others left out) whose
+    inventory declares no ``gpu_count``: the count comes from facts."""
+    data = yaml.safe_load(lab.inventory_path.read_text())
+    gpu = set(data["all"]["children"]["gpu"]["hosts"])
+    for h in gpu - set(keep):
+        data["all"]["hosts"].pop(h)
+        data["all"]["children"]["gpu"]["hosts"].pop(h)
+    for h in keep:
+        data["all"]["hosts"][h].pop("gpu_count")
+    dest.mkdir()
+    if (lab.inventory_path.parent / "group_vars").is_dir():
+        shutil.copytree(lab.inventory_path.parent / "group_vars", dest / "group_vars")
+    path = dest / "inventory.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_status_holds_hosts_without_gpu_count_to_the_count_up_planned_from_facts(gpu_lab, tmp_path):
+    keep = ("gpu05", "gpu06")  # 2 GPUs each (2xH100 with MIG on GPU 0, 2xL40S)
+    inv = facts_only_copy(gpu_lab, tmp_path / "facts-only", keep)
+    # The lab simulates no PCI bus: its hosts show GPUs in facts once the simulated driver is
+    # in (nvidia-smi). A first converge with the lab's own inventory puts it there.
+    # --out-of-service: another module may have left a GPU host's driver elsewhere (no GPU work)
+    code, _, err = up_json(gpu_lab, "--limit", ":".join(keep), "--out-of-service", *LAB_VERSIONS)
+    assert code == 0, err[-4000:]
+    code, _, err = up_json_at(inv, "--out-of-service", *LAB_VERSIONS)
+    assert code == 0, err[-4000:]
+    for h in keep:  # what up recorded: the count it planned from the facts
+        proc = gpu_lab.ssh(h, "cat /var/lib/node_exporter/textfile_collector/gpumon.prom")
+        assert "gpumon_expected_gpus 2" in proc.stdout, (h, proc.stdout, proc.stderr)
+    proc = gpumon("status", "-i", str(inv), "--output", "json", "--wait", "300", timeout=420)
+    data = json.loads(proc.stdout)
+    assert proc.returncode == 0, [c for c in data["checks"] if not c["ok"]]
+    rows = {(c["component"], c["host"]): c for c in data["checks"]}
+    for h in keep:
+        row = rows[("gpus", h)]
+        assert row["check"] == "2 GPUs in the exporter's metrics", row
+        assert row["detail"] == "2/2 (distinct UUIDs) on 2 replica(s) (recorded by up)", row
+
+
 def up_json_at(inventory: Path, *args: str) -> tuple[int, dict, str]:
     proc = gpumon("up", "-i", str(inventory), "--output", "json", *args)
     assert proc.stdout.strip(), proc.stderr[-4000:]

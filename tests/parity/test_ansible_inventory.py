@@ -4,7 +4,9 @@ ansible-core itself (pinned, in a virtualenv of its own: tests/parity/reference.
 inventory of ``../shared/ansible_inventory_corpus/`` (read through ``tests/reality.py``, never
 copied) and over a few inventories written here that the corpus does not hold (IPv6 and non-ASCII
 host names, a group whose order is not the definition order, ``!unsafe``, timestamps,
-``ansible_group_priority``, TOML). For each it runs ``ansible-inventory -i X --list``,
+``ansible_group_priority``, TOML; and, in tests/fixtures/inventories/parity/, a Slurm cluster's
+INI with ranges and group_vars/host_vars files, a kubespray-like YAML nested four deep with
+group_vars and host_vars directories, an inventory directory of two sources). For each it runs ``ansible-inventory -i X --list``,
 ``ansible-inventory -i X --host H`` for the first and the last host, and, for a batch of
 patterns built from the inventory's own groups and hosts (group, host, ``a:b``, ``a:&b``,
 ``a:!b``, ``a,b``, ``!g``, ``~regex``, ``prefix*``, ``name?``, subscripts ``g[0]``, ``g[-1]``,
@@ -159,6 +161,49 @@ WRITTEN: dict[str, tuple[str, str, list[str]]] = {
 }
 
 
+# Multi-file inventories the corpus does not hold, shaped like real clusters, in the tests' own
+# data (tests/fixtures/inventories/parity/README.md): name -> (inventory path there, patterns).
+WRITTEN_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "inventories" / "parity"
+WRITTEN_TREES: dict[str, tuple[str, list[str]]] = {
+    "written/slurm-ini": (
+        "slurm-ini/hosts",
+        [
+            "slurm-node[0]",
+            "slurm-node[-1]",
+            "slurm-node[2:4]",
+            "gpu-a100:&slurm-node",
+            "slurm-cluster:!gpu-h100",
+            "gpu0*",
+            "gpu1?",
+            "~gpu(0[89]|1[0-2])",
+            "cpu-*",
+            "spares",
+            "storage,head01",
+            "!slurm-node",
+        ],
+    ),
+    "written/k8s-nested-yaml": (
+        "k8s-nested-yaml/hosts.yml",
+        [
+            "kube_node",
+            "gpu_nodes[0]",
+            "gpu_nodes[-1]",
+            "k8s_cluster[1:3]",
+            "kube_node:!h100_nodes",
+            "etcd:&kube_control_plane",
+            "node0[5-8]",
+            "node0*",
+            "calico_rr",
+            "~^cp[12]$",
+        ],
+    ),
+    "written/multi-source-dir": (
+        "multi-source-dir/inventory",
+        ["gpu", "gpu[0]", "gpu[-1]", "monitoring", "monitoring:!prometheus", "prom?"],
+    ),
+}
+
+
 def corpus_cases() -> list[Case]:
     manifest = inventory_corpus_dir() / "MANIFEST.json"
     if not manifest.is_file():
@@ -172,7 +217,7 @@ def corpus_cases() -> list[Case]:
 
 
 CORPUS_IDS = [c.id for c in corpus_cases()] or ["corpus-missing"]
-ALL_IDS = [*CORPUS_IDS, *WRITTEN]
+ALL_IDS = [*CORPUS_IDS, *WRITTEN, *WRITTEN_TREES]
 COMPARED_IDS = [i for i in ALL_IDS if i not in DELIBERATE]
 
 
@@ -190,6 +235,8 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
         folder.mkdir()
         (folder / name).write_text(text, encoding="utf-8")
         found[case_id] = Case(case_id, folder / name, extra_patterns=patterns)
+    for case_id, (path, patterns) in WRITTEN_TREES.items():
+        found[case_id] = Case(case_id, WRITTEN_DIR / path, extra_patterns=patterns)
     return found
 
 

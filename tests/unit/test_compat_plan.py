@@ -28,7 +28,7 @@ BAD_INPUT = [
     ("GPU count not a number", dict(gpu_count="eight"), "gpu_count", "positive integer"),
     ("GPU count zero", dict(gpu_count=0), "gpu_count", "positive integer"),
     ("GPU count a boolean", dict(gpu_count=True), "gpu_count", "positive integer"),
-    ("GPU count missing", dict(gpu_count=None), "gpu_count", "positive integer"),
+    ("GPU count missing", dict(gpu_count=None), "gpu_count", "declare gpu_count"),
     ("nvswitch not a boolean", dict(nvswitch="maybe"), "nvswitch", "true or false"),
     (
         "driver version malformed",

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
 from click.testing import CliRunner
 
 from deployer.cli import cli
 from deployer.connection import CommandResult
+from deployer.errors import InputError
 from deployer.facts import GPU, HostFacts, parse_facts
 from deployer.gpu import rules, version_plan
 
@@ -97,3 +99,58 @@ def test_check_offline_names_the_hosts_it_cannot_judge_and_judges_the_rest(tmp_p
     assert "NOT JUDGED g2: no gpu_model in the inventory" in result.output
     assert "NOT JUDGED g1" not in result.output
     assert "compatible: every judged GPU host's plan passes the matrix" in result.output
+
+
+def test_a_declared_model_without_a_count_plans_before_facts_and_check_offline_judges_it(
+    tmp_path,
+):
+    (tmp_path / "hosts.yml").write_text(
+        textwrap.dedent(
+            """\
+            all:
+              children:
+                gpu:
+                  hosts:
+                    g1: {ansible_host: 192.0.2.1, gpu_model: H100}
+            """
+        )
+    )
+    result = CliRunner().invoke(cli, ["check", "-i", str(tmp_path / "hosts.yml"), "--offline"])
+    assert result.exit_code == 0, result.output
+    assert "NOT JUDGED" not in result.output
+    assert "compatible: every GPU host's plan passes the matrix" in result.output
+
+
+def test_a_declared_model_the_matrix_refuses_is_refused_offline_without_a_count(tmp_path):
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  children:\n    gpu:\n      hosts:\n"
+        "        g1: {ansible_host: 192.0.2.1, gpu_model: V100, nvidia_driver_branch: '595'}\n"
+    )
+    result = CliRunner().invoke(cli, ["check", "-i", str(tmp_path / "hosts.yml"), "--offline"])
+    assert result.exit_code == 2, result.output
+    assert "REFUSED" in result.output and "g1" in result.output
+
+
+def test_an_undeclared_count_the_facts_cannot_give_names_the_host_and_what_to_set():
+    with pytest.raises(InputError) as err:
+        version_plan.plan_from_vars("g1", {"gpu_model": "H100"}, gpu_names=None)
+    assert err.value.key == "gpu_count"
+    assert "host g1" in str(err.value) and "facts show no GPU to count" in str(err.value)
+    assert "declare gpu_count" in str(err.value)
+
+
+def test_one_rule_reads_the_model_from_gpu_names_for_the_plan_and_for_init():
+    from deployer.gpu.matrix import models_from_gpu_names
+    from deployer.init_inventory import finding
+
+    names = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]
+    assert models_from_gpu_names(names) == (
+        {"H100": "NVIDIA H100 80GB HBM3", "A100": "NVIDIA A100-SXM4-80GB"},
+        None,
+    )
+    assert models_from_gpu_names(["NVIDIA H100 80GB HBM3", "Mystery GPU"])[1] == "Mystery GPU"
+    mixed = HostFacts(host="g1", gpus=smi_facts("NVIDIA H100 80GB HBM3", 1).gpus * 2)
+    mixed.gpus[1] = GPU(1, "GPU-1", "NVIDIA A100-SXM4-80GB", 81559, "0:1:0", "Disabled")
+    found = finding("g1", mixed, {})
+    assert "gpu_model" not in found.found and "not recognised" in found.problems[0]
+    assert [r.rule for r in rules.check([plan({}, mixed)])] == ["gpu-models-mixed"]
