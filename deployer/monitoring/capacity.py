@@ -8,13 +8,14 @@ planning"); the constants below cite theirs.
 Series per scrape target, by job:
 
 - ``dcgm``: from the collectors CSV the dcgm_exporter role renders for the host (its exporter
-  version; the MIG variant on a host with a MIG layout): one series per ``gauge``/``counter``
-  line per GPU (``label`` lines are labels, not series). A GPU in MIG mode is reported per GPU
-  instance (``-d f``, the role's default: NVIDIA/dcgm-exporter ``pkg/cmd/app.go:42,161`` @
-  691c927): every field once per instance except ``DCGM_FI_DEV_GPU_UTIL`` (NVML has none in MIG
-  mode) and the row-remapping fields (not reported in MIG mode), as the real 8xA800 scrape shows
-  (gpu_reality_fixtures ``dcgm-exporter-metrics/a800_mig_535.129.03_excerpt.metrics``: GPU 0,
-  3 instances, 3 series of each other field; GPU 1 one of each, row remapping included).
+  version; the MIG variant on a host with a ``gpu_mig`` layout): one series per ``gauge``/
+  ``counter`` line per GPU (``label`` lines are labels, not series), less the fields the GPU
+  leaves blank (:class:`GpuTraits`: its architecture and sensor from compat.yml, NVLink, MIG;
+  the constants below cite why). A GPU in MIG mode is reported per GPU instance (``-d f``, the
+  role's default: NVIDIA/dcgm-exporter ``pkg/cmd/app.go:42,161`` @ 691c927), every field it
+  reports once per instance (the real 8xA800 scrape, gpu_reality_fixtures
+  ``dcgm-exporter-metrics/a800_mig_535.129.03_excerpt.metrics``: GPU 0, 3 instances, 3 series of
+  each field; GPU 1 one of each, utilisation and row remapping included).
 - ``node``: measured, not derived: node_exporter's default collectors on the lab's hosts
   (:data:`NODE_SERIES_MEASURED`); a site sets ``capacity_node_series`` (group or host) to what
   its own hosts export (``scrape_samples_post_metric_relabeling{job="node"}``).
@@ -23,11 +24,12 @@ Series per scrape target, by job:
   ``capacity_self_series`` ({job: series}).
 - Every target adds the 5 series Prometheus writes per scrape (``up``,
   ``scrape_duration_seconds``, ``scrape_samples_scraped``, ``scrape_samples_post_metric_relabeling``,
-  ``scrape_series_added``: prometheus/prometheus ``docs/concepts/jobs_instances.md``,
+  ``scrape_series_added``: prometheus/docs ``docs/concepts/jobs_instances.md``,
   "Automatically generated labels and time series").
 - Recording rules (roles/prometheus/templates/rules/gpu-recording.yml.j2): 5 per GPU
-  (``gpu:*``), 7 per GPU host (``node:*``), 7 per cluster (``cluster:*``), each evaluated once
-  per ``prometheus_evaluation_interval``.
+  (``gpu:*``), 6 per GPU host (``node:*``), 6 per cluster (``cluster:*``), less the memory
+  temperature records of boards without the sensor; each evaluated once per
+  ``prometheus_evaluation_interval``.
 
 Samples per second: each target's series divided by its scrape interval (its ``scrape_tier``'s
 ``interval``, else ``prometheus_scrape_interval``), plus the recorded series divided by the
@@ -59,7 +61,7 @@ BYTES_PER_SERIES = 3000
 SERIES_PER_REPLICA = 2_000_000
 SAMPLES_PER_REPLICA = 500_000
 SERIES_CEILING = 10_000_000
-# The series Prometheus adds per target on each scrape (docs/concepts/jobs_instances.md).
+# The series Prometheus adds per target on each scrape (prometheus/docs docs/concepts/jobs_instances.md).
 SCRAPE_SERIES_PER_TARGET = 5
 # Measured on the lab (Debian 12 nspawn hosts, 2 vCPUs; `gpumon-deploy up`, then
 # scrape_samples_post_metric_relabeling per target): node_exporter 1.9.1's default collectors
