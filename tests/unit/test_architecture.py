@@ -164,6 +164,7 @@ LAYERS = [
     # state, options and drain naming sit in status' layer (they import only errors)
     ["monitoring.status", "monitoring.expect", "monitoring.check", "monitoring.checks_driver",
      "monitoring.checks_gpus", "monitoring.checks_loaded", "monitoring.checks_scrape",
+     "monitoring.checks_shards",
      "monitoring.store", "monitoring.slurm", "monitoring.slurm_state", "monitoring.rollouts",
      "monitoring.silences",
      "rollout.drain", "rollout.state", "rollout.options", "rollout.batching"],
