@@ -38,6 +38,7 @@ evaluation interval.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -181,16 +182,24 @@ class GpuTraits:
 
 def traits_of(model: Any, nvlink: Any = None) -> GpuTraits:
     """A GPU model's traits from the compatibility matrix (unknown model: every field counted)."""
-    from deployer.gpu import matrix
-
-    found = matrix.matrix().model(str(model)) if model not in (None, "") else None
-    return GpuTraits(
-        architecture=found.architecture if found else None,
-        memory_temp_sensor=found.memory_temp_sensor if found else None,
-        nvlink=None if nvlink is None else bool(nvlink),
+    return _traits_of(
+        None if model in (None, "") else str(model), None if nvlink is None else bool(nvlink)
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _traits_of(model: str | None, nvlink: bool | None) -> GpuTraits:
+    from deployer.gpu import matrix
+
+    found = matrix.matrix().model(model) if model is not None else None
+    return GpuTraits(
+        architecture=found.architecture if found else None,
+        memory_temp_sensor=found.memory_temp_sensor if found else None,
+        nvlink=nvlink,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
 def _key_of(name: str) -> str:
     from deployer import dcgm_fields
 
@@ -200,14 +209,19 @@ def _key_of(name: str) -> str:
     return name
 
 
-def dcgm_series(csv_text: str, gpus: int, mig: list[int], traits: GpuTraits = GpuTraits()) -> int:
-    """dcgm-exporter's series on a host: the CSV's fields the GPU reports, once per full GPU and
-    once per GPU instance of a GPU in MIG mode."""
+@functools.lru_cache(maxsize=256)
+def _per_entity(csv_text: str, traits: GpuTraits) -> tuple[int, int]:
+    """Series per full GPU and per GPU instance of a GPU in MIG mode, for one CSV."""
     keys = [_key_of(n) for n in csv_series_fields(csv_text)]
     full_blank = traits.blank(mig=False)
     mig_blank = traits.blank(mig=True)
-    per_gpu = sum(1 for k in keys if k not in full_blank)
-    per_instance = sum(1 for k in keys if k not in mig_blank)
+    return sum(1 for k in keys if k not in full_blank), sum(1 for k in keys if k not in mig_blank)
+
+
+def dcgm_series(csv_text: str, gpus: int, mig: list[int], traits: GpuTraits = GpuTraits()) -> int:
+    """dcgm-exporter's series on a host: the CSV's fields the GPU reports, once per full GPU and
+    once per GPU instance of a GPU in MIG mode."""
+    per_gpu, per_instance = _per_entity(csv_text, traits)
     full = max(gpus - len(mig), 0)
     return full * per_gpu + sum(n * per_instance for n in mig)
 

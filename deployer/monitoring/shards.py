@@ -121,8 +121,29 @@ def layout(variables: Mapping[str, Any]) -> tuple[dict[str, str], str]:
     return shard_of_replicas(replicas, variables["hostvars"]), by
 
 
+# The last assignments computed, with the hostvars object they were computed from (kept, so its
+# id is not reused): every replica's file_sd of every sharded job asks for the same assignment,
+# and 100,000 hosts x 50 shards is seconds of hashing.
+_MEMO: list[tuple[Any, tuple[str, ...], str, tuple[str, ...], dict[str, str]]] = []
+_MEMO_SIZE = 4
+
+
+def _cached_host_shards(
+    hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]], names: tuple[str, ...], by: str
+) -> dict[str, str]:
+    key = tuple(hosts)
+    for hv, n, b, k, got in _MEMO:
+        if hv is hostvars and n == names and b == by and k == key:
+            return got
+    got = host_shards(key, hostvars, names, by)
+    _MEMO.insert(0, (hostvars, names, by, key, got))
+    del _MEMO[_MEMO_SIZE:]
+    return got
+
+
 def members_of_shard(variables: Mapping[str, Any], hosts: Sequence[str], shard: str) -> list[str]:
     """Those of ``hosts`` (a sharded job's members) that ``shard`` scrapes, in their order."""
     replica_shards, by = layout(variables)
-    of_host = host_shards(hosts, variables["hostvars"], sorted(set(replica_shards.values())), by)
+    names = tuple(sorted(set(replica_shards.values())))
+    of_host = _cached_host_shards(hosts, variables["hostvars"], names, by)
     return [h for h in hosts if of_host[h] == shard]
