@@ -277,11 +277,12 @@ class Capacity:
     by_job: dict[str, dict[str, float]]  # job -> {targets, series, samples_per_s}
     recorded_series: int
     per_replica: Figures  # one replica of a pair that scrapes everything (one shard)
-    per_shard_replica: Figures  # one replica of each of the configured shards (even split)
     store: Figures  # the deduplicated global view: the replica label dropped
     recommended_shards: int
     why: str
     warnings: list[str] = field(default_factory=list)
+    # a sharded tier (prometheus_shard): one replica of each shard, from the real assignment
+    per_shard: dict[str, Figures] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -351,16 +352,6 @@ def compute(
             f"{samples:,.0f} samples/s per replica exceed the target of "
             f"{s.samples_per_replica:,}/s: ceil({samples:,.0f} / {s.samples_per_replica:,})"
         )
-    warnings = []
-    k = max(1, s.shards)
-    per_shard = _figures(math.ceil(series / k), samples / k, s, s.retention_s)
-    if per_shard.series > SERIES_CEILING:
-        warnings.append(
-            f"{per_shard.series:,} series per replica with {k} shard(s): over the "
-            f"{SERIES_CEILING:,} ceiling"
-        )
-    if k < shards:
-        warnings.append(f"{k} shard(s) configured, {shards} recommended")
     store = _figures(series, samples, s, s.store_retention_s)
     return Capacity(
         settings=s,
@@ -370,11 +361,9 @@ def compute(
         by_job=by_job,
         recorded_series=recorded,
         per_replica=one,
-        per_shard_replica=per_shard,
         store=store,
         recommended_shards=shards,
         why=why,
-        warnings=warnings,
     )
 
 
@@ -480,9 +469,29 @@ def target_loads(
     return out, gpus, hosts, recorded
 
 
-def from_vars(
-    v: Mapping[str, Any], exporters: Mapping[str, GpuExporter], shards: int = 1
-) -> Capacity:
-    """The capacity of the tier a replica's variables describe."""
-    loads, gpus, hosts, recorded = target_loads(v, exporters)
-    return compute(loads, gpus, hosts, recorded, settings_from_vars(v, shards))
+def from_vars(v: Mapping[str, Any], exporters: Mapping[str, GpuExporter]) -> Capacity:
+    """The capacity of the tier a replica's variables describe: every target as one pair would
+    scrape it, and, for a sharded tier, one replica of each shard (deployer/monitoring/shards.py
+    assigns the targets as the shards' file_sd do)."""
+    from deployer.monitoring import shards
+
+    replica_shards, _ = shards.layout(v)
+    names = sorted(set(replica_shards.values()))
+    settings = settings_from_vars(v, max(1, len(names)))
+    whole = {**v, shards.SHARD_VAR: ""}
+    loads, gpus, hosts, recorded = target_loads(whole, exporters)
+    result = compute(loads, gpus, hosts, recorded, settings)
+    for name in names:
+        loads, gpus, hosts, recorded = target_loads({**v, shards.SHARD_VAR: name}, exporters)
+        one = compute(loads, gpus, hosts, recorded, settings).per_replica
+        result.per_shard[name] = one
+        if one.series > SERIES_CEILING:
+            result.warnings.append(
+                f"shard {name}: {one.series:,} series per replica, over the "
+                f"{SERIES_CEILING:,} ceiling"
+            )
+    if names and len(names) < result.recommended_shards:
+        result.warnings.append(
+            f"{len(names)} shards configured, {result.recommended_shards} recommended"
+        )
+    return result

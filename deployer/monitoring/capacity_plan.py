@@ -53,6 +53,6 @@ def load(inventory: Path, extra_vars: list[str] | None = None) -> capacity.Capac
         exporters[h] = capacity.GpuExporter(
             plan["exporter_csv"], plan["exporter_csv_mig"], int(plan["gpu_count"] or 0)
         )
-    result = capacity.from_vars(v, exporters, shards=1)
+    result = capacity.from_vars(v, exporters)
     result.warnings[:0] = warnings
     return result

@@ -63,10 +63,8 @@ def render_text(c: Capacity, console: Console | None = None) -> None:
     ):
         t.add_column(col, justify="left" if col == "where" else "right")
     t.add_row(*_row("one replica (one pair, every target)", c.per_replica, _days(s.retention_s)))
-    if s.shards > 1:
-        t.add_row(
-            *_row(f"one replica of {s.shards} shards", c.per_shard_replica, _days(s.retention_s))
-        )
+    for name, figures in sorted(c.per_shard.items()):
+        t.add_row(*_row(f"one replica of shard {name}", figures, _days(s.retention_s)))
     t.add_row(*_row("long-term store (deduplicated)", c.store, _days(s.store_retention_s)))
     console.print(t)
     console.print(

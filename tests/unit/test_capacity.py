@@ -160,3 +160,19 @@ def test_a_bad_capacity_variable_exits_2_naming_it(tmp_path: Path):
     )
     assert result.exit_code == 2
     assert "prometheus_retention_time" in result.output
+
+
+def test_a_sharded_tier_is_sized_per_shard_from_the_real_assignment(tmp_path: Path):
+    sharded = INVENTORY.replace(
+        "    prom01: {}\n    prom02: {}\n",
+        "    prom01: {prometheus_shard: a}\n    prom02: {prometheus_shard: a}\n"
+        "    prom03: {prometheus_shard: b}\n    prom04: {prometheus_shard: b}\n",
+    ).replace("prometheus: {hosts: {prom01: {}, prom02: {}}}",
+              "prometheus: {hosts: {prom01: {}, prom02: {}, prom03: {}, prom04: {}}}")  # fmt: skip
+    got = capacity_json(tmp_path, sharded)
+    assert set(got["per_shard"]) == {"a", "b"}
+    whole = got["per_replica"]["series"]
+    each = [f["series"] for f in got["per_shard"].values()]
+    # each shard holds its hosts' series and the stack's own (scraped by every shard)
+    assert all(0 < n < whole for n in each)
+    assert sum(each) >= whole
