@@ -1,0 +1,167 @@
+"""Two Prometheus shards of two replicas on a lab of their own (topologies/sharded.yml): the
+product splits the GPU and node targets between the pairs in each pair's file_sd.
+
+- ``up`` on an inventory whose replicas set ``prometheus_shard`` (a, a, b, b), then ``status``:
+  green, with the rows proving every target is scraped by exactly one shard, by both replicas;
+- each replica's active targets: the two shards' dcgm/node targets are disjoint and together
+  every host; both replicas of a shard scrape the same; each replica's external labels carry its
+  shard;
+- two GPU hosts added and ``targets`` run: no existing target moves to another shard.
+
+The lab is ``<session lab name>-shards`` (its own bridge and subnet), brought up here and taken
+down at the end unless ``GPUMON_LAB_KEEP=1``; ``GPUMON_SHARDS_LAB=<name>`` uses a lab of that
+name that is already up with this topology instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from deployer.lab import Lab
+from deployer.lab.lab import for_lab_name
+from deployer.lab.topology import load_topology
+from deployer.monitoring.http import http_fetch
+from tests.integration.labtools import run_cli, wait_until
+
+pytestmark = pytest.mark.lab
+
+TOPOLOGY = Path(__file__).parent / "topologies" / "sharded.yml"
+SHARD_OF = {"prom01": "a", "prom02": "a", "prom03": "b", "prom04": "b"}
+SHARDED_JOBS = ("dcgm", "node")
+
+
+def bring_up(lab: Lab, gpu_nodes: int | None = None) -> None:
+    lab.up(for_lab_name(load_topology(TOPOLOGY, gpu_nodes=gpu_nodes), lab.name))
+
+
+@pytest.fixture(scope="module")
+def slab(request: pytest.FixtureRequest) -> Iterator[Lab]:
+    name = os.environ.get("GPUMON_SHARDS_LAB")
+    if name:
+        yield Lab(name)
+        return
+    request.getfixturevalue("lab")  # the session's lab decides whether labs run here at all
+    lab = Lab(f"{os.environ.get('GPUMON_LAB_NAME') or 'default'}-shards")
+    bring_up(lab)
+    yield lab
+    if os.environ.get("GPUMON_LAB_KEEP") != "1":
+        lab.down()
+
+
+def sharded_inventory(lab: Lab, where: Path) -> Path:
+    """The lab's inventory with each replica's shard (its group_vars beside it, as the lab's)."""
+    data = yaml.safe_load(lab.inventory_path.read_text())
+    for host, shard in SHARD_OF.items():
+        data["all"]["hosts"][host]["prometheus_shard"] = shard
+    where.mkdir(parents=True, exist_ok=True)
+    link = where / "group_vars"
+    if not link.exists():
+        link.symlink_to(lab.inventory_path.parent / "group_vars")
+    path = where / "inventory.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def inventory(slab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return sharded_inventory(slab, tmp_path_factory.mktemp("sharded"))
+
+
+@pytest.fixture(scope="module")
+def deployed(inventory: Path) -> None:
+    proc = run_cli("up", "-i", str(inventory), timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def replicas(lab: Lab) -> dict[str, str]:
+    return {h.name: f"http://{h.address}:9090" for h in lab.hosts if "prometheus" in h.groups}
+
+
+def active(url: str) -> dict[str, set[str]]:
+    """job -> the ``node`` labels of the replica's active targets."""
+    r = http_fetch(f"{url}/api/v1/targets?state=active")
+    assert r.error is None and r.status == 200, r
+    out: dict[str, set[str]] = {}
+    for t in r.json()["data"]["activeTargets"]:
+        out.setdefault(t["labels"]["job"], set()).add(t["labels"].get("node", ""))
+    return out
+
+
+def external_labels(url: str) -> dict[str, Any]:
+    r = http_fetch(f"{url}/api/v1/status/config")
+    assert r.error is None and r.status == 200, r
+    return yaml.safe_load(r.json()["data"]["yaml"])["global"]["external_labels"]
+
+
+def shard_split(lab: Lab) -> dict[str, dict[str, set[str]]]:
+    """shard -> job -> nodes, checked equal on both replicas of each shard."""
+    seen = {name: active(url) for name, url in replicas(lab).items()}
+    out: dict[str, dict[str, set[str]]] = {}
+    for name, jobs in seen.items():
+        mine = {j: jobs.get(j, set()) for j in SHARDED_JOBS}
+        shard = SHARD_OF[name]
+        if shard in out:
+            assert out[shard] == mine, f"{name} scrapes other targets than its shard peer"
+        out[shard] = mine
+    return out
+
+
+def test_status_is_green_and_proves_every_target_is_in_exactly_one_shard(
+    inventory: Path, deployed: None
+):
+    proc = run_cli("status", "-i", str(inventory), "--output", "json", "--wait", "300", timeout=420)
+    data = json.loads(proc.stdout)
+    rows = [c for c in data["checks"] if c["check"].startswith("every target scraped by exactly")]
+    assert proc.returncode == 0, [c for c in data["checks"] if not c["ok"]]
+    assert {r["check"] for r in rows} == {
+        f"every target scraped by exactly one shard (job {j})" for j in SHARDED_JOBS
+    }
+    assert all(r["ok"] for r in rows), rows
+
+
+def test_the_shards_split_the_hosts_disjointly_and_completely(slab: Lab, deployed: None):
+    split = shard_split(slab)
+    gpu_hosts = {h.name for h in slab.hosts if "gpu" in h.groups}
+    every_host = {h.name for h in slab.hosts}
+    assert not split["a"]["dcgm"] & split["b"]["dcgm"]
+    assert split["a"]["dcgm"] | split["b"]["dcgm"] == gpu_hosts
+    assert not split["a"]["node"] & split["b"]["node"]
+    assert split["a"]["node"] | split["b"]["node"] == every_host
+    for shard in ("a", "b"):
+        assert split[shard]["dcgm"] <= split[shard]["node"]  # a host's targets together
+
+
+def test_each_replicas_external_labels_carry_its_shard(slab: Lab, deployed: None):
+    for name, url in replicas(slab).items():
+        assert external_labels(url).get("shard") == SHARD_OF[name], name
+
+
+def test_two_gpu_hosts_added_move_no_existing_target(
+    slab: Lab, deployed: None, tmp_path_factory: pytest.TempPathFactory
+):
+    before = shard_split(slab)
+    gpus = len([h for h in slab.hosts if "gpu" in h.groups])
+    bring_up(slab, gpu_nodes=gpus + 2)
+    grown = sharded_inventory(slab, tmp_path_factory.mktemp("grown"))
+    proc = run_cli("targets", "-i", str(grown), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    added = {h.name for h in slab.hosts if "gpu" in h.groups} - (
+        before["a"]["dcgm"] | before["b"]["dcgm"]
+    )
+    assert len(added) == 2
+
+    def moved_in() -> dict[str, dict[str, set[str]]] | None:
+        now = shard_split(slab)
+        return now if (now["a"]["dcgm"] | now["b"]["dcgm"]) >= added else None
+
+    after = wait_until("the new hosts in the replicas' targets", moved_in, timeout=150, every=5)
+    for shard in ("a", "b"):
+        for job in SHARDED_JOBS:
+            assert before[shard][job] <= after[shard][job], (shard, job)
