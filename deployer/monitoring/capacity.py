@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deployer.errors import InputError
+from deployer.memory import collector_paused
 
 # Prometheus' documented on-disk cost: "an average of only 1-2 bytes per sample"
 # (prometheus/prometheus docs/storage.md, "Operational aspects" @ d15adb9; ../shared/reference/
@@ -473,6 +474,12 @@ def from_vars(v: Mapping[str, Any], exporters: Mapping[str, GpuExporter]) -> Cap
     """The capacity of the tier a replica's variables describe: every target as one pair would
     scrape it, and, for a sharded tier, one replica of each shard (deployer/monitoring/shards.py
     assigns the targets as the shards' file_sd do)."""
+
+    with collector_paused():  # every host's variables stay alive (file_sd.job_targets)
+        return _from_vars(v, exporters)
+
+
+def _from_vars(v: Mapping[str, Any], exporters: Mapping[str, GpuExporter]) -> Capacity:
     from deployer.monitoring import shards
 
     replica_shards, _ = shards.layout(v)

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from deployer.errors import InputError
+from deployer.memory import collector_paused
 
 SHARD_VAR = "prometheus_shard"
 BY_VAR = "prometheus_shard_by"
@@ -109,7 +110,10 @@ def host_shards(
     by: str = "host",
 ) -> dict[str, str]:
     """Each host's shard (hosts keyed by name, or by rack with ``by='rack'``)."""
-    keys = {h: shard_key(h, hostvars[h], by) for h in hosts}
+    if by == "host":  # the name alone: no host's variables resolved
+        keys = {h: f"host:{h}" for h in hosts}
+    else:
+        keys = {h: shard_key(h, hostvars[h], by) for h in hosts}
     of_key = assign(keys.values(), shards)
     return {h: of_key[k] for h, k in keys.items()}
 
@@ -135,7 +139,8 @@ def _cached_host_shards(
     for hv, n, b, k, got in _MEMO:
         if hv is hostvars and n == names and b == by and k == key:
             return got
-    got = host_shards(key, hostvars, names, by)
+    with collector_paused():
+        got = host_shards(key, hostvars, names, by)
     _MEMO.insert(0, (hostvars, names, by, key, got))
     del _MEMO[_MEMO_SIZE:]
     return got
