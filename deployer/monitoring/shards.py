@@ -152,3 +152,15 @@ def members_of_shard(variables: Mapping[str, Any], hosts: Sequence[str], shard: 
     names = tuple(sorted(set(replica_shards.values())))
     of_host = _cached_host_shards(hosts, variables["hostvars"], names, by)
     return [h for h in hosts if of_host[h] == shard]
+
+
+def peers(variables: Mapping[str, Any]) -> list[str]:
+    """The replicas of this replica's pair (its shard's, itself included); every replica of the
+    ``prometheus`` group when the tier is not sharded. The restart handler's HA peers: a replica
+    restarts only while another replica of its own pair serves."""
+    replicas = list(dict.fromkeys(variables["groups"].get(variables["prometheus_group"], [])))
+    own = variables.get(SHARD_VAR)
+    if own in (None, ""):
+        return replicas
+    replica_shards, _ = layout(variables)
+    return [r for r in replicas if replica_shards.get(r) == str(own)]

@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 import pytest
+import yaml
 
 from deployer.errors import InputError
 from deployer.monitoring import file_sd, shards
@@ -121,3 +122,66 @@ def test_a_replica_without_a_shard_beside_sharded_ones_is_refused_naming_it():
     with pytest.raises(InputError) as exc:
         file_sd.job_targets(v, "dcgm")
     assert exc.value.key == "prometheus_shard" and "prom04" in exc.value.message
+
+
+# ---------------------------------------------------------------- what the role renders
+
+SHARDED_INVENTORY = """\
+all:
+  hosts:
+    gpu01: {ansible_host: 192.0.2.11}
+    gpu02: {ansible_host: 192.0.2.12}
+    gpu03: {ansible_host: 192.0.2.13}
+    prom01: {ansible_host: 192.0.2.21, prometheus_shard: a}
+    prom02: {ansible_host: 192.0.2.22, prometheus_shard: a}
+    prom03: {ansible_host: 192.0.2.23, prometheus_shard: b}
+    prom04: {ansible_host: 192.0.2.24, prometheus_shard: b}
+  children:
+    gpu:
+      hosts: {gpu01: {}, gpu02: {}, gpu03: {}}
+    prometheus:
+      hosts: {prom01: {}, prom02: {}, prom03: {}, prom04: {}}
+"""
+
+
+def planned(tmp_path, inventory: str):
+    from deployer.session import DeploySession, RunOptions
+    from tests.unit.test_file_sd import SITE
+
+    (tmp_path / "inventory.yml").write_text(inventory)
+    (tmp_path / "site.yml").write_text(SITE)
+    return DeploySession.load(
+        RunOptions(inventory=tmp_path / "inventory.yml", site=tmp_path / "site.yml")
+    )
+
+
+def test_a_replicas_ha_peers_are_its_own_shards_replicas(tmp_path):
+    session = planned(tmp_path, SHARDED_INVENTORY)
+    play = session.plays[0]
+    assert list(session.planner.host_vars("prom01", play)["prometheus_ha_peers"]) == [
+        "prom01",
+        "prom02",
+    ]
+    assert list(session.planner.host_vars("prom04", play)["prometheus_ha_peers"]) == [
+        "prom03",
+        "prom04",
+    ]
+
+
+def test_an_unsharded_replicas_ha_peers_are_every_replica(tmp_path):
+    session = planned(tmp_path, SHARDED_INVENTORY.replace(", prometheus_shard: a", "").replace(
+        ", prometheus_shard: b", ""))  # fmt: skip
+    peers = session.planner.host_vars("prom01", session.plays[0])["prometheus_ha_peers"]
+    assert list(peers) == ["prom01", "prom02", "prom03", "prom04"]
+
+
+def test_each_replicas_config_carries_its_shard_as_an_external_label(tmp_path):
+    session = planned(tmp_path, SHARDED_INVENTORY)
+    for plan in session.plans:
+        config = next(
+            t.args["content"]
+            for t in plan.plays[0].tasks
+            if str(t.args.get("dest", "")).endswith("prometheus.yml")
+        )
+        labels = yaml.safe_load(config)["global"]["external_labels"]
+        assert labels["shard"] == ("a" if plan.host in ("prom01", "prom02") else "b")
