@@ -6,7 +6,8 @@ product splits the GPU and node targets between the pairs in each pair's file_sd
 - each replica's active targets: the two shards' dcgm/node targets are disjoint and together
   every host; both replicas of a shard scrape the same; each replica's external labels carry its
   shard;
-- two GPU hosts added and ``targets`` run: no existing target moves to another shard.
+- two GPU hosts added to the inventory and ``targets`` run: no existing target moves to another
+  shard, each new one is in exactly one.
 
 The lab is ``<session lab name>-shards`` (its own bridge and subnet), brought up here and taken
 down at the end unless ``GPUMON_LAB_KEEP=1``; ``GPUMON_SHARDS_LAB=<name>`` uses a lab of that
@@ -37,8 +38,8 @@ SHARD_OF = {"prom01": "a", "prom02": "a", "prom03": "b", "prom04": "b"}
 SHARDED_JOBS = ("dcgm", "node")
 
 
-def bring_up(lab: Lab, gpu_nodes: int | None = None) -> None:
-    lab.up(for_lab_name(load_topology(TOPOLOGY, gpu_nodes=gpu_nodes), lab.name))
+def bring_up(lab: Lab) -> None:
+    lab.up(for_lab_name(load_topology(TOPOLOGY), lab.name))
 
 
 @pytest.fixture(scope="module")
@@ -144,24 +145,35 @@ def test_each_replicas_external_labels_carry_its_shard(slab: Lab, deployed: None
 
 
 def test_two_gpu_hosts_added_move_no_existing_target(
-    slab: Lab, deployed: None, tmp_path_factory: pytest.TempPathFactory
+    slab: Lab, inventory: Path, deployed: None, tmp_path_factory: pytest.TempPathFactory
 ):
     before = shard_split(slab)
-    gpus = len([h for h in slab.hosts if "gpu" in h.groups])
-    bring_up(slab, gpu_nodes=gpus + 2)
-    grown = sharded_inventory(slab, tmp_path_factory.mktemp("grown"))
-    proc = run_cli("targets", "-i", str(grown), timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    added = {h.name for h in slab.hosts if "gpu" in h.groups} - (
-        before["a"]["dcgm"] | before["b"]["dcgm"]
-    )
-    assert len(added) == 2
+    data = yaml.safe_load(inventory.read_text())
+    # Two new inventory entries: other names for two GPU hosts' exporters (as test_monitoring's
+    # new host): new targets for the shards to place, with exporters that answer.
+    gpus = sorted(h.name for h in slab.hosts if "gpu" in h.groups)
+    added = set()
+    for i, gpu in enumerate(gpus[:2]):
+        new = f"{gpu}-alias{i}"
+        data["all"]["hosts"][new] = dict(data["all"]["hosts"][gpu])
+        data["all"]["children"]["gpu"]["hosts"][new] = {}
+        added.add(new)
+    grown_dir = tmp_path_factory.mktemp("grown")
+    (grown_dir / "group_vars").symlink_to(slab.inventory_path.parent / "group_vars")
+    grown = grown_dir / "inventory.yml"
+    grown.write_text(yaml.safe_dump(data))
+    try:
+        proc = run_cli("targets", "-i", str(grown), timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
-    def moved_in() -> dict[str, dict[str, set[str]]] | None:
-        now = shard_split(slab)
-        return now if (now["a"]["dcgm"] | now["b"]["dcgm"]) >= added else None
+        def placed() -> dict[str, dict[str, set[str]]] | None:
+            now = shard_split(slab)
+            return now if (now["a"]["dcgm"] | now["b"]["dcgm"]) >= added else None
 
-    after = wait_until("the new hosts in the replicas' targets", moved_in, timeout=150, every=5)
-    for shard in ("a", "b"):
-        for job in SHARDED_JOBS:
-            assert before[shard][job] <= after[shard][job], (shard, job)
+        after = wait_until("the new hosts in the replicas' targets", placed, timeout=150, every=5)
+        for shard in ("a", "b"):
+            for job in SHARDED_JOBS:
+                assert before[shard][job] <= after[shard][job], (shard, job)
+        assert not after["a"]["dcgm"] & after["b"]["dcgm"]
+    finally:
+        assert run_cli("targets", "-i", str(inventory), timeout=600).returncode == 0
