@@ -6,6 +6,8 @@ product splits the GPU and node targets between the pairs in each pair's file_sd
 - each replica's active targets: the two shards' dcgm/node targets are disjoint and together
   every host; both replicas of a shard scrape the same; each replica's external labels carry its
   shard;
+- both replicas of shard b stopped: ``status`` fails naming them, shard a still scrapes all of its
+  targets and fires PrometheusReplicaDown for them;
 - two GPU hosts added to the inventory and ``targets`` run: no existing target moves to another
   shard, each new one is in exactly one.
 
@@ -167,7 +169,10 @@ def test_two_gpu_hosts_added_move_no_existing_target(
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
         def placed() -> dict[str, dict[str, set[str]]] | None:
-            now = shard_split(slab)
+            try:  # the replicas take the new files one after the other (serial play, file watch)
+                now = shard_split(slab)
+            except AssertionError:
+                return None
             return now if (now["a"]["dcgm"] | now["b"]["dcgm"]) >= added else None
 
         after = wait_until("the new hosts in the replicas' targets", placed, timeout=150, every=5)
@@ -177,3 +182,38 @@ def test_two_gpu_hosts_added_move_no_existing_target(
         assert not after["a"]["dcgm"] & after["b"]["dcgm"]
     finally:
         assert run_cli("targets", "-i", str(inventory), timeout=600).returncode == 0
+
+
+def test_a_stopped_pair_fails_status_and_fires_in_the_other_shard_which_stays_complete(
+    slab: Lab, inventory: Path, deployed: None
+):
+    down = [h for h, s in SHARD_OF.items() if s == "b"]
+    urls = replicas(slab)
+    try:
+        for name in down:
+            assert slab.ssh(name, "systemctl stop prometheus", timeout=120).returncode == 0
+        proc = run_cli("status", "-i", str(inventory), "--output", "json", timeout=300)
+        data = json.loads(proc.stdout)
+        failed = {(c["host"], c["check"]) for c in data["checks"] if c["state"] == "failed"}
+        assert proc.returncode == 1
+        assert {(h, "ready") for h in down} <= failed, failed
+        # shard a still scrapes every one of its targets
+        for name in ("prom01", "prom02"):
+            rows = [
+                c for c in data["checks"] if c["host"] == name and c["check"].startswith("scraping")
+            ]
+            assert rows and all(c["ok"] for c in rows), rows
+
+        def firing() -> bool:
+            r = http_fetch(f"{urls['prom01']}/api/v1/alerts")
+            alerts = r.json()["data"]["alerts"] if r.status == 200 else []
+            down_at = {a["labels"].get("node") for a in alerts
+                       if a["labels"].get("alertname") == "PrometheusReplicaDown"
+                       and a["state"] == "firing"}  # fmt: skip
+            return set(down) <= down_at
+
+        # the rule's default for: 2m, then one evaluation
+        wait_until("PrometheusReplicaDown firing in shard a", firing, timeout=240, every=10)
+    finally:
+        for name in down:
+            slab.ssh(name, "systemctl start prometheus", timeout=120)
