@@ -65,10 +65,10 @@ def own_value(url: str, query: str) -> float | None:
     if r.error is not None or r.status != 200:
         return None
     host = url.split("//", 1)[1]
-    for row in r.json()["data"]["result"]:
-        if row["metric"].get("instance") == host:
-            return float(row["value"][1])
-    return None
+    # summed: from Prometheus 2.40 the appended-samples counter has one series per sample type
+    # (type="float", type="histogram")
+    rows = [r for r in r.json()["data"]["result"] if r["metric"].get("instance") == host]
+    return sum(float(row["value"][1]) for row in rows) if rows else None
 
 
 def within(measured: float | None, predicted: float) -> bool:
