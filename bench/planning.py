@@ -186,6 +186,72 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     }
 
 
+def measure_capacity_shards(n: int, workdir: Path) -> dict[str, Any]:
+    """``n`` GPU hosts through the capacity computation, then assigned to the shards it
+    recommends (two replicas each): time and peak memory of both, and of every shard's file_sd
+    (``--capacity-shards N``; issue 17)."""
+    from collections import ChainMap
+
+    from deployer import dcgm_fields, memory
+    from deployer.inventory import load_inventory
+    from deployer.monitoring import capacity, file_sd, shards
+    from deployer.plan import Planner
+    from deployer.roles import Play
+    from deployer.session import validation_facts
+
+    path = workdir / f"inventory-{n}.yml"
+    if not path.exists():
+        path.write_text(inventory_yaml(n))
+    inventory = load_inventory(path)
+    memory.keep_for_the_run()
+    planner = Planner(inventory, [REPO / "roles"], REPO / "templates")
+    prom_play = Play(name="prometheus", hosts="prometheus", roles=("prometheus",))
+    v = planner.host_vars("prom01", prom_play, {"facts": validation_facts("prom01").to_json()})
+    stages: dict[str, dict[str, float]] = {}
+
+    def stage(name: str, t0: float) -> None:
+        stages[name] = {"s": round(time.perf_counter() - t0, 3), "peak_rss_mib": _rss_mib()[1]}
+
+    t0 = time.perf_counter()
+    # every host of the synthetic fleet runs exporter 4.4.2-4.7.1 with the default field groups
+    csv = dcgm_fields.render_csv(dcgm_fields.DEFAULT_GROUPS, exporter_tag="4.4.2-4.7.1")
+    hostvars = v["hostvars"]
+    exporters = {
+        h: capacity.GpuExporter(csv, csv, int(hostvars[h]["gpu_count"]))
+        for h in file_sd.job_members(v, "dcgm")
+    }
+    result = capacity.from_vars(v, exporters)
+    stage("capacity", t0)
+    k = result.recommended_shards
+    replicas = [f"prom{s:03d}{r}" for s in range(k) for r in "ab"]
+    extra = {r: {"prometheus_shard": f"s{i // 2:03d}"} for i, r in enumerate(replicas)}
+    sharded = {
+        **v,
+        "groups": {**v["groups"], "prometheus": replicas},
+        "hostvars": ChainMap(extra, hostvars),
+    }
+    t0 = time.perf_counter()
+    sizes = []
+    for i in range(0, len(replicas), 2):
+        one = {**sharded, "prometheus_shard": extra[replicas[i]]["prometheus_shard"]}
+        sizes.append(
+            sum(len(file_sd.render(file_sd.job_targets(one, job))) for job in shards.SHARDED_JOBS)
+        )
+    stage("file_sd_every_shard", t0)
+    per_shard = [len(file_sd.job_targets({**sharded, "prometheus_shard": f"s{s:03d}"}, "dcgm"))
+                 for s in range(k)]  # fmt: skip
+    return {
+        "hosts": n,
+        "series_per_replica_unsharded": result.per_replica.series,
+        "samples_per_s_unsharded": result.per_replica.samples_per_s,
+        "recommended_shards": k,
+        "why": result.why,
+        "gpu_hosts_per_shard_min_max": [min(per_shard), max(per_shard)],
+        "file_sd_bytes_per_shard_max": max(sizes),
+        "stages": stages,
+    }
+
+
 def run_sizes(sizes: list[int], workdir: Path, timeout_s: float) -> list[dict[str, Any]]:
     results = []
     for n in sizes:
@@ -292,9 +358,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="per size, seconds")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--capacity-shards", type=int, default=None, metavar="HOSTS",
+                        help="capacity and every shard's file_sd for HOSTS GPU hosts")  # fmt: skip
     args = parser.parse_args(argv)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    if args.capacity_shards is not None:
+        print(json.dumps(measure_capacity_shards(args.capacity_shards, workdir), indent=1))
+        return 0
     if args.one is not None:
         print(json.dumps(measure_one(args.one, workdir)))
         return 0

@@ -371,6 +371,23 @@ def inventory(
 @inventory_options
 @output_option
 @input_errors_exit_2
+def capacity(inventory: Path, limit: str | None, extra_vars: tuple[str, ...], output: str) -> None:
+    """Predicted series, samples/s, disk and memory per replica and store; shards recommended."""
+    from deployer.monitoring import capacity_plan
+    from deployer.monitoring.capacity_view import render_text
+
+    result = capacity_plan.load(inventory, list(extra_vars))
+    if output == "json":
+        click.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
+    else:
+        render_text(result)
+    sys.exit(EXIT_OK)
+
+
+@cli.command()
+@inventory_options
+@output_option
+@input_errors_exit_2
 def targets(inventory: Path, limit: str | None, extra_vars: tuple[str, ...], output: str) -> None:
     """Regenerate and push only the Prometheus file_sd targets files (no reload needed)."""
     from deployer.monitoring import targets as file_sd_targets

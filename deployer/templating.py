@@ -21,7 +21,7 @@ from jinja2 import StrictUndefined
 from deployer import alertmanager_config, dcgm_fields, rule_pack
 from deployer.booleans import truthy
 from deployer.errors import InputError
-from deployer.monitoring import file_sd, remote_write
+from deployer.monitoring import file_sd, remote_write, shards
 from deployer.secrets import MASK, is_secret_path
 from deployer.unsafe import UnsafeText
 
@@ -172,6 +172,10 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
     # The replica's default cluster: the one the hosts it scrapes name (deployer/monitoring/file_sd.py).
     env.globals["file_sd_common_cluster"] = jinja2.pass_context(
         lambda context, fallback: file_sd.common_cluster(context.parent, fallback)
+    )
+    # The replicas of this replica's shard: the restart handler's HA peers (deployer/monitoring/shards.py).
+    env.globals["prometheus_shard_peers"] = jinja2.pass_context(
+        lambda context: shards.peers(context.parent)
     )
     # The rule pack: DCGM metric names from the field registry (a rename is one edit there),
     # model facts and PromQL helpers (deployer/rule_pack.py), and the dcgm job's relabelling of

@@ -15,7 +15,7 @@ from typing import Any
 
 from deployer.connection import SSHTarget
 from deployer.errors import InputError
-from deployer.monitoring import file_sd
+from deployer.monitoring import file_sd, shards
 from deployer.monitoring.checks_gpus import presence_metric
 from deployer.monitoring.file_sd import Target, truthy
 
@@ -36,6 +36,7 @@ class Replica:
     cluster_label: str
     config_file: str = "/etc/prometheus/prometheus.yml"
     rule_files: str = "/etc/prometheus/rules/*.yml"  # the glob of prometheus.yml's rule_files
+    shard: str = ""  # prometheus_shard: "" when the tier is one pair
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,9 @@ class StackExpectation:
     # on the host (node -> the node_exporter textfile it wrote, ``gpumon_expected_gpus``), else
     # the facts status reads now (``gpu_counts``).
     gpu_records: dict[str, str] = field(default_factory=dict)
+    # sharded tier (deployer/monitoring/shards.py): each replica's own targets, each node's shard
+    replica_targets: dict[str, list[Target]] = field(default_factory=dict)
+    node_shards: dict[str, str] = field(default_factory=dict)
     gpu_metric: str = field(default_factory=presence_metric)
     gpu_hosts: list[str] = field(default_factory=list)  # hosts of the GPU driver play
     thanos_active: bool = False
@@ -103,6 +107,7 @@ def expect(
                 cluster_label=str(v["prometheus_cluster_label"]),
                 config_file=f"{v['prometheus_config_dir']}/prometheus.yml",
                 rule_files=f"{v['prometheus_rule_files_dir']}/*.yml",
+                shard=str(v.get("prometheus_shard") or ""),
             )
         )
         if truthy(v["prometheus_thanos_sidecar"]):
@@ -113,6 +118,17 @@ def expect(
             exp.thanos_stores.append(f"{address}:{v.get('thanos_sidecar_grpc_port', 10901)}")
     if first is not None:
         exp.targets = file_sd.expected_targets(first)
+        if any(r.shard for r in exp.replicas):
+            exp.replica_targets = {
+                h: file_sd.expected_targets(v) for h, v in prometheus_vars.items()
+            }
+            union: dict[tuple[str, str], Target] = {}
+            for rep in exp.replicas:
+                for t in exp.replica_targets[rep.host]:
+                    union.setdefault((t.job, t.instance), t)
+                    if t.job in shards.SHARDED_JOBS:
+                        exp.node_shards[t.node] = rep.shard
+            exp.targets = list(union.values())
         hostvars = first["hostvars"]
         for node in file_sd.members(first, [first["prometheus_gpu_group"]]):
             count = hostvars[node].get("gpu_count")

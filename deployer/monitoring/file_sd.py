@@ -23,6 +23,7 @@ from typing import Any
 
 from deployer.booleans import truthy
 from deployer.memory import collector_paused
+from deployer.monitoring import shards
 
 JOBS = ("dcgm", "node", "prometheus", "alertmanager", "thanos-sidecar", "victoriametrics")
 
@@ -86,9 +87,9 @@ def members(variables: Mapping[str, Any], group_names: Sequence[str]) -> list[st
 def job_members(variables: Mapping[str, Any], job: str) -> list[str]:
     """Which inventory hosts ``job`` scrapes (the sidecar job only when the sidecar is on)."""
     if job == "dcgm":
-        return members(variables, [variables["prometheus_gpu_group"]])
+        return _own_shard(variables, members(variables, [variables["prometheus_gpu_group"]]))
     if job == "node":
-        return members(variables, variables["prometheus_node_groups"])
+        return _own_shard(variables, members(variables, variables["prometheus_node_groups"]))
     if job in ("prometheus", "thanos-sidecar"):
         if job == "thanos-sidecar" and not truthy(variables["prometheus_thanos_sidecar"]):
             return []
@@ -98,6 +99,15 @@ def job_members(variables: Mapping[str, Any], job: str) -> list[str]:
     if job == "victoriametrics":  # the long-term store (role victoriametrics)
         return members(variables, [variables["metrics_store_group"]])
     raise KeyError(f"no scrape job {job!r}; jobs: {', '.join(JOBS)}")
+
+
+def _own_shard(variables: Mapping[str, Any], hosts: list[str]) -> list[str]:
+    """The hosts of a GPU/node job this replica's shard scrapes (all of them when the tier is
+    not sharded: deployer/monitoring/shards.py)."""
+    shard = variables.get(shards.SHARD_VAR)
+    if shard in (None, ""):
+        return hosts
+    return shards.members_of_shard(variables, hosts, str(shard))
 
 
 def job_hosts(variables: Mapping[str, Any]) -> dict[str, list[str]]:

@@ -79,6 +79,7 @@ from deployer.monitoring.checks_loaded import (
     same_rules_check,
 )
 from deployer.monitoring.checks_scrape import active_targets, scrape_checks
+from deployer.monitoring.checks_shards import shard_checks
 from deployer.monitoring.expect import (
     Endpoint,
     Peer,
@@ -330,7 +331,7 @@ def _replica_checks(
     else:
         rows, states = scrape_checks(
             rep.host,
-            exp.targets,
+            exp.replica_targets.get(rep.host, exp.targets),
             seen,
             replica_start=_gauges(obs, rep.url).get(START),
             daemon_starts=starts,
@@ -400,6 +401,16 @@ def gpu_counts(exp: StackExpectation, obs: _Obs) -> dict[str, tuple[int | None, 
     return expected_counts(exp.gpus, exp.gpu_records, obs.records, facts_counts, scraped)
 
 
+def _shard_checks(exp: StackExpectation, obs: _Obs) -> list[Check]:
+    seen: dict[str, set[tuple[str, str]] | None] = {}
+    for rep in exp.replicas:
+        got = obs.targets.get(rep.host)
+        seen[rep.host] = (
+            None if got is None or isinstance(got, str) else {(t.job, t.instance) for t in got}
+        )
+    return shard_checks({r.host: r.shard for r in exp.replicas}, exp.replica_targets, seen)
+
+
 def _gpu_checks(
     exp: StackExpectation, obs: _Obs, target_states: Mapping[str, dict[tuple[str, str], str]]
 ) -> list[Check]:
@@ -419,6 +430,8 @@ def _gpu_checks(
         states, notes = [], []
         asked = 0
         for rep in exp.replicas:
+            if exp.node_shards and exp.node_shards.get(node) != rep.shard:
+                continue  # another shard scrapes this node
             got = counted.get(rep.host)
             if got is None or isinstance(got, str):
                 continue  # not ready or the query failed: already a row of that replica
@@ -524,6 +537,8 @@ def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> 
         checks.append(same_rules_check(sets))
         if exp.gpus or exp.gpu_records:
             checks.extend(_gpu_checks(exp, obs, target_states))
+        if exp.replica_targets:
+            checks.extend(_shard_checks(exp, obs))
     for peer in exp.alertmanagers:
         checks.extend(_alertmanager_checks(exp, peer, obs, now, with_hosts))
     if exp.alertmanagers:

@@ -158,18 +158,21 @@ def test_no_task_is_found_by_its_name_nor_an_error_by_its_message():
 # docs/architecture.md's layers, top first: a module imports only from its own layer and below.
 LAYERS = [
     ["cli", "lab"],
-    ["rollout", "unverified", "restore", "init_inventory", "monitoring.targets", "monitoring.tier"],
+    ["rollout", "unverified", "restore", "init_inventory", "monitoring.targets", "monitoring.tier",
+     "monitoring.capacity_plan", "monitoring.capacity_view"],
     # status reads what a rollout leaves on disk and on Slurm nodes: the rollout's leaf modules of
     # state, options and drain naming sit in status' layer (they import only errors)
     ["monitoring.status", "monitoring.expect", "monitoring.check", "monitoring.checks_driver",
      "monitoring.checks_gpus", "monitoring.checks_loaded", "monitoring.checks_scrape",
+     "monitoring.checks_shards",
      "monitoring.store", "monitoring.slurm", "monitoring.slurm_state", "monitoring.rollouts",
      "monitoring.silences",
      "rollout.drain", "rollout.state", "rollout.options", "rollout.batching"],
     ["session"],
     ["executor", "hostsession", "owed", "report"],
     ["plan", "roles", "templating", "hostpattern", "inventory", "rule_pack", "alertmanager_config",
-     "monitoring.file_sd", "monitoring.remote_write",  # what the prometheus templates render
+     "monitoring.file_sd", "monitoring.remote_write", "monitoring.capacity",
+     "monitoring.shards",  # what the prometheus templates render
      "monitoring.dashboards"],  # what the grafana templates render
     ["gpu"],
     ["modules", "results"],

@@ -1,0 +1,58 @@
+"""``gpumon-deploy capacity``: the capacity of the inventory's Prometheus tier, from the variables
+``up`` resolves (the first replica's, as ``status`` reads them) and each GPU host's collectors CSV
+as the dcgm_exporter role renders it (``gpu_plan.exporter_csv`` / ``exporter_csv_mig``, for the
+exporter version the host's plan resolves). Touches no host: the facts are stand-ins, so a GPU
+count the inventory does not declare is one GPU (said in the output's warnings).
+
+The figures and their sources: deployer/monitoring/capacity.py and README "Capacity planning".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from deployer.errors import InputError
+from deployer.monitoring import capacity
+
+
+def load(inventory: Path, extra_vars: list[str] | None = None) -> capacity.Capacity:
+    """The inventory's capacity figures (``InputError`` on bad input, naming the key)."""
+    from deployer.gpu import gpu_plan
+    from deployer.hostpattern import NoHostsMatched, select
+    from deployer.session import DeploySession, RunOptions, validation_facts
+
+    session = DeploySession.load(
+        RunOptions(inventory=inventory, extra_vars=list(extra_vars or [])), plan=False
+    )
+    planner = session.load_content()
+    play = next((p for p in session.site_plays if "prometheus" in p.roles), None)
+    if play is None:
+        raise InputError("the site has no play with the prometheus role", key="prometheus")
+    try:
+        replicas = [h.name for h in select(session.inventory, play.hosts, play=True)]
+    except NoHostsMatched:
+        replicas = []
+    if not replicas:
+        raise InputError(
+            f"no host of the inventory is in the Prometheus play ({play.hosts})",
+            source=str(inventory),
+        )
+    first = replicas[0]
+    v = planner.host_vars(first, play, {"facts": validation_facts(first).to_json()})
+    from deployer.monitoring import file_sd
+
+    warnings: list[str] = []
+    exporters: dict[str, capacity.GpuExporter] = {}
+    for h in file_sd.job_members(v, "dcgm"):
+        plan: dict[str, Any] = gpu_plan.template_plan(
+            h, session.driver_choice(h).variables, None, None
+        )
+        if session.inventory.host(h).vars.get("gpu_count") is None:
+            warnings.append(f"{h}: no gpu_count in the inventory; counted as {plan['gpu_count']}")
+        exporters[h] = capacity.GpuExporter(
+            plan["exporter_csv"], plan["exporter_csv_mig"], int(plan["gpu_count"] or 0)
+        )
+    result = capacity.from_vars(v, exporters)
+    result.warnings[:0] = warnings
+    return result

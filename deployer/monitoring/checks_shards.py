@@ -1,0 +1,65 @@
+"""The ``status`` row that proves the shard split (pure: observed data in, ``Check`` rows out).
+
+For each sharded job (``dcgm``, ``node``; deployer/monitoring/shards.py): every target of the
+inventory is scraped by exactly one shard, by every replica of that shard, and by no replica of
+another shard. A replica whose targets could not be read has its own failed row and is left out
+here (what it scrapes is unknown, not wrong). A target no replica has discovered is pending here:
+each replica's own "scraping job" row turns it failed after its discovery grace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from deployer.monitoring.check import FAILED, OK, PENDING, Check, worst
+from deployer.monitoring.file_sd import Target
+
+CHECK = "every target scraped by exactly one shard"
+
+
+def shard_checks(
+    replica_shards: Mapping[str, str],
+    expected: Mapping[str, Sequence[Target]],
+    seen: Mapping[str, set[tuple[str, str]] | None],
+    jobs: Sequence[str] = ("dcgm", "node"),
+) -> list[Check]:
+    """``replica_shards``: replica -> shard; ``expected``: replica -> the targets its file_sd
+    holds; ``seen``: replica -> the (job, instance) pairs it scrapes (None: not read)."""
+    owner: dict[tuple[str, str], tuple[str, str]] = {}  # (job, instance) -> (shard, node)
+    for rep, targets in expected.items():
+        for t in targets:
+            if t.job in jobs:
+                owner[(t.job, t.instance)] = (replica_shards[rep], t.node)
+    rows = []
+    for job in jobs:
+        problems: list[str] = []
+        states = [OK]
+        total = 0
+        for (j, instance), (shard, node) in sorted(owner.items()):
+            if j != job:
+                continue
+            total += 1
+            by: dict[str, list[str]] = {}
+            missing = []
+            for rep, got in seen.items():
+                if got is None:
+                    continue
+                if (job, instance) in got:
+                    by.setdefault(replica_shards[rep], []).append(rep)
+                elif replica_shards[rep] == shard:
+                    missing.append(rep)
+            others = sorted(s for s in by if s != shard)
+            name = f"{node} ({instance})"
+            if others:
+                states.append(FAILED)
+                problems.append(f"{name} scraped by shards {', '.join(sorted(by))} (its: {shard})")
+            elif not by:
+                states.append(PENDING)
+                problems.append(f"{name} scraped by no shard yet (its shard: {shard})")
+            elif missing:
+                states.append(PENDING)
+                problems.append(f"{name} not scraped by {', '.join(missing)} of shard {shard} yet")
+        shards_n = len(set(replica_shards.values()))
+        detail = "; ".join(problems) if problems else f"{total} targets, {shards_n} shards"
+        rows.append(Check("prometheus", "*", f"{CHECK} (job {job})", worst(states), detail))
+    return rows

@@ -1,0 +1,166 @@
+"""Which Prometheus shard (HA pair) scrapes which host (pure: no I/O).
+
+The inventory shape: every replica in the ``prometheus`` group sets ``prometheus_shard`` (the
+usual way: one child group of ``prometheus`` per pair, ``prometheus_shard`` in its group vars).
+No replica setting it is one pair, as before: every replica scrapes every target. Once any
+replica sets it, every replica must, and each shard needs its own replicas.
+
+The product assigns the GPU and node targets itself, in each pair's file_sd, by rendezvous
+(highest-random-weight) hashing: a host goes to the shard whose ``hash(shard, key)`` is highest.
+So the assignment is deterministic (the same inventory, the same files on every controller), a
+host added or removed moves no other host, and adding or removing a shard moves only the hosts
+that go to, or came from, that shard (about 1/n of them). A host's ``dcgm`` and ``node`` targets
+follow the host, so they are always in the same shard. ``prometheus_shard_by: rack`` keys on the
+host's ``rack`` (a host without one keys on its name): a rack's hosts stay together.
+
+Prometheus' own ``hashmod`` relabelling is not used: each replica would need its own ``keep``
+regex, and a wrong one drops targets silently (prometheus/prometheus#14101); here the assignment
+is data, ``status`` checks it against what each replica scrapes.
+
+The stack's own daemons (``prometheus``, ``alertmanager``, ``thanos-sidecar``, ``victoriametrics``)
+are scraped by every shard: each pair watches the others, so a pair that stops entirely is
+alerted on by the rest (the ``prometheus`` job's replica-down alert).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from deployer.errors import InputError
+from deployer.memory import collector_paused
+
+SHARD_VAR = "prometheus_shard"
+BY_VAR = "prometheus_shard_by"
+BY_CHOICES = ("host", "rack")
+SHARDED_JOBS = ("dcgm", "node")
+
+
+def _weight_base(shard: str) -> Any:
+    h = hashlib.blake2b(digest_size=8)
+    h.update(shard.encode())
+    h.update(b"\0")
+    return h
+
+
+def assign(keys: Iterable[str], shards: Sequence[str]) -> dict[str, str]:
+    """Each key's shard by rendezvous hashing (ties broken by the shard's name)."""
+    names = sorted(set(shards))
+    if not names:
+        raise ValueError("no shards to assign to")
+    if len(names) == 1:
+        return {k: names[0] for k in keys}
+    bases = [(_weight_base(s), s) for s in names]
+    out: dict[str, str] = {}
+    for key in keys:
+        if key in out:
+            continue
+        data = key.encode()
+        best = None
+        best_shard = names[0]
+        for base, shard in bases:
+            h = base.copy()
+            h.update(data)
+            w = h.digest()
+            if best is None or w > best:
+                best, best_shard = w, shard
+        out[key] = best_shard
+    return out
+
+
+def shard_of_replicas(
+    replicas: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]]
+) -> dict[str, str]:
+    """Replica -> its shard; empty when no replica sets ``prometheus_shard`` (one pair).
+    ``InputError`` naming the host and key when only some replicas set it."""
+    found = {h: hostvars[h].get(SHARD_VAR) for h in replicas}
+    named = {h: str(v) for h, v in found.items() if v not in (None, "")}
+    if not named:
+        return {}
+    missing = [h for h in replicas if h not in named]
+    if missing:
+        raise InputError(
+            f"host {missing[0]}: every Prometheus replica needs a shard once one has "
+            f"({len(missing)} without: {', '.join(missing[:5])})",
+            key=SHARD_VAR,
+        )
+    return named
+
+
+def shard_key(host: str, hv: Mapping[str, Any], by: str) -> str:
+    if by == "rack":
+        rack = hv.get("rack")
+        if rack not in (None, ""):
+            return f"rack:{rack}"
+    return f"host:{host}"
+
+
+def check_by(value: Any) -> str:
+    by = str(value or "host")
+    if by not in BY_CHOICES:
+        raise InputError(f"{by!r} is not one of {', '.join(BY_CHOICES)}", key=BY_VAR)
+    return by
+
+
+def host_shards(
+    hosts: Sequence[str],
+    hostvars: Mapping[str, Mapping[str, Any]],
+    shards: Sequence[str],
+    by: str = "host",
+) -> dict[str, str]:
+    """Each host's shard (hosts keyed by name, or by rack with ``by='rack'``)."""
+    if by == "host":  # the name alone: no host's variables resolved
+        keys = {h: f"host:{h}" for h in hosts}
+    else:
+        keys = {h: shard_key(h, hostvars[h], by) for h in hosts}
+    of_key = assign(keys.values(), shards)
+    return {h: of_key[k] for h, k in keys.items()}
+
+
+def layout(variables: Mapping[str, Any]) -> tuple[dict[str, str], str]:
+    """From a replica's variables: replica -> shard (empty: not sharded) and the key kind."""
+    replicas = list(dict.fromkeys(variables["groups"].get(variables["prometheus_group"], [])))
+    by = check_by(variables.get(BY_VAR))
+    return shard_of_replicas(replicas, variables["hostvars"]), by
+
+
+# The last assignments computed, with the hostvars object they were computed from (kept, so its
+# id is not reused): every replica's file_sd of every sharded job asks for the same assignment,
+# and 100,000 hosts x 50 shards is seconds of hashing.
+_MEMO: list[tuple[Any, tuple[str, ...], str, tuple[str, ...], dict[str, str]]] = []
+_MEMO_SIZE = 4
+
+
+def _cached_host_shards(
+    hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]], names: tuple[str, ...], by: str
+) -> dict[str, str]:
+    key = tuple(hosts)
+    for hv, n, b, k, got in _MEMO:
+        if hv is hostvars and n == names and b == by and k == key:
+            return got
+    with collector_paused():
+        got = host_shards(key, hostvars, names, by)
+    _MEMO.insert(0, (hostvars, names, by, key, got))
+    del _MEMO[_MEMO_SIZE:]
+    return got
+
+
+def members_of_shard(variables: Mapping[str, Any], hosts: Sequence[str], shard: str) -> list[str]:
+    """Those of ``hosts`` (a sharded job's members) that ``shard`` scrapes, in their order."""
+    replica_shards, by = layout(variables)
+    names = tuple(sorted(set(replica_shards.values())))
+    of_host = _cached_host_shards(hosts, variables["hostvars"], names, by)
+    return [h for h in hosts if of_host[h] == shard]
+
+
+def peers(variables: Mapping[str, Any]) -> list[str]:
+    """The replicas of this replica's pair (its shard's, itself included); every replica of the
+    ``prometheus`` group when the tier is not sharded. The restart handler's HA peers: a replica
+    restarts only while another replica of its own pair serves."""
+    replicas = list(dict.fromkeys(variables["groups"].get(variables["prometheus_group"], [])))
+    own = variables.get(SHARD_VAR)
+    if own in (None, ""):
+        return replicas
+    replica_shards, _ = layout(variables)
+    return [r for r in replicas if replica_shards.get(r) == str(own)]

@@ -1,0 +1,219 @@
+"""Two Prometheus shards of two replicas on a lab of their own (topologies/sharded.yml): the
+product splits the GPU and node targets between the pairs in each pair's file_sd.
+
+- ``up`` on an inventory whose replicas set ``prometheus_shard`` (a, a, b, b), then ``status``:
+  green, with the rows proving every target is scraped by exactly one shard, by both replicas;
+- each replica's active targets: the two shards' dcgm/node targets are disjoint and together
+  every host; both replicas of a shard scrape the same; each replica's external labels carry its
+  shard;
+- both replicas of shard b stopped: ``status`` fails naming them, shard a still scrapes all of its
+  targets and fires PrometheusReplicaDown for them;
+- two GPU hosts added to the inventory and ``targets`` run: no existing target moves to another
+  shard, each new one is in exactly one.
+
+The lab is ``<session lab name>-shards`` (its own bridge and subnet), brought up here and taken
+down at the end unless ``GPUMON_LAB_KEEP=1``; ``GPUMON_SHARDS_LAB=<name>`` uses a lab of that
+name that is already up with this topology instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from deployer.lab import Lab
+from deployer.lab.lab import for_lab_name
+from deployer.lab.topology import load_topology
+from deployer.monitoring.http import http_fetch
+from tests.integration.labtools import run_cli, wait_until
+
+pytestmark = pytest.mark.lab
+
+TOPOLOGY = Path(__file__).parent / "topologies" / "sharded.yml"
+SHARD_OF = {"prom01": "a", "prom02": "a", "prom03": "b", "prom04": "b"}
+SHARDED_JOBS = ("dcgm", "node")
+
+
+def bring_up(lab: Lab) -> None:
+    lab.up(for_lab_name(load_topology(TOPOLOGY), lab.name))
+
+
+@pytest.fixture(scope="module")
+def slab(request: pytest.FixtureRequest) -> Iterator[Lab]:
+    name = os.environ.get("GPUMON_SHARDS_LAB")
+    if name:
+        yield Lab(name)
+        return
+    request.getfixturevalue("lab")  # the session's lab decides whether labs run here at all
+    lab = Lab(f"{os.environ.get('GPUMON_LAB_NAME') or 'default'}-shards")
+    bring_up(lab)
+    yield lab
+    if os.environ.get("GPUMON_LAB_KEEP") != "1":
+        lab.down()
+
+
+def sharded_inventory(lab: Lab, where: Path) -> Path:
+    """The lab's inventory with each replica's shard (its group_vars beside it, as the lab's)."""
+    data = yaml.safe_load(lab.inventory_path.read_text())
+    for host, shard in SHARD_OF.items():
+        data["all"]["hosts"][host]["prometheus_shard"] = shard
+    where.mkdir(parents=True, exist_ok=True)
+    link = where / "group_vars"
+    if not link.exists():
+        link.symlink_to(lab.inventory_path.parent / "group_vars")
+    path = where / "inventory.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def inventory(slab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return sharded_inventory(slab, tmp_path_factory.mktemp("sharded"))
+
+
+@pytest.fixture(scope="module")
+def deployed(inventory: Path) -> None:
+    proc = run_cli("up", "-i", str(inventory), timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def replicas(lab: Lab) -> dict[str, str]:
+    return {h.name: f"http://{h.address}:9090" for h in lab.hosts if "prometheus" in h.groups}
+
+
+def active(url: str) -> dict[str, set[str]]:
+    """job -> the ``node`` labels of the replica's active targets."""
+    r = http_fetch(f"{url}/api/v1/targets?state=active")
+    assert r.error is None and r.status == 200, r
+    out: dict[str, set[str]] = {}
+    for t in r.json()["data"]["activeTargets"]:
+        out.setdefault(t["labels"]["job"], set()).add(t["labels"].get("node", ""))
+    return out
+
+
+def external_labels(url: str) -> dict[str, Any]:
+    r = http_fetch(f"{url}/api/v1/status/config")
+    assert r.error is None and r.status == 200, r
+    return yaml.safe_load(r.json()["data"]["yaml"])["global"]["external_labels"]
+
+
+def shard_split(lab: Lab) -> dict[str, dict[str, set[str]]]:
+    """shard -> job -> nodes, checked equal on both replicas of each shard."""
+    seen = {name: active(url) for name, url in replicas(lab).items()}
+    out: dict[str, dict[str, set[str]]] = {}
+    for name, jobs in seen.items():
+        mine = {j: jobs.get(j, set()) for j in SHARDED_JOBS}
+        shard = SHARD_OF[name]
+        if shard in out:
+            assert out[shard] == mine, f"{name} scrapes other targets than its shard peer"
+        out[shard] = mine
+    return out
+
+
+def test_status_is_green_and_proves_every_target_is_in_exactly_one_shard(
+    inventory: Path, deployed: None
+):
+    proc = run_cli("status", "-i", str(inventory), "--output", "json", "--wait", "300", timeout=420)
+    data = json.loads(proc.stdout)
+    rows = [c for c in data["checks"] if c["check"].startswith("every target scraped by exactly")]
+    assert proc.returncode == 0, [c for c in data["checks"] if not c["ok"]]
+    assert {r["check"] for r in rows} == {
+        f"every target scraped by exactly one shard (job {j})" for j in SHARDED_JOBS
+    }
+    assert all(r["ok"] for r in rows), rows
+
+
+def test_the_shards_split_the_hosts_disjointly_and_completely(slab: Lab, deployed: None):
+    split = shard_split(slab)
+    gpu_hosts = {h.name for h in slab.hosts if "gpu" in h.groups}
+    every_host = {h.name for h in slab.hosts}
+    assert not split["a"]["dcgm"] & split["b"]["dcgm"]
+    assert split["a"]["dcgm"] | split["b"]["dcgm"] == gpu_hosts
+    assert not split["a"]["node"] & split["b"]["node"]
+    assert split["a"]["node"] | split["b"]["node"] == every_host
+    for shard in ("a", "b"):
+        assert split[shard]["dcgm"] <= split[shard]["node"]  # a host's targets together
+
+
+def test_each_replicas_external_labels_carry_its_shard(slab: Lab, deployed: None):
+    for name, url in replicas(slab).items():
+        assert external_labels(url).get("shard") == SHARD_OF[name], name
+
+
+def test_two_gpu_hosts_added_move_no_existing_target(
+    slab: Lab, inventory: Path, deployed: None, tmp_path_factory: pytest.TempPathFactory
+):
+    before = shard_split(slab)
+    data = yaml.safe_load(inventory.read_text())
+    # Two new inventory entries: other names for two GPU hosts' exporters (as test_monitoring's
+    # new host): new targets for the shards to place, with exporters that answer.
+    gpus = sorted(h.name for h in slab.hosts if "gpu" in h.groups)
+    added = set()
+    for i, gpu in enumerate(gpus[:2]):
+        new = f"{gpu}-alias{i}"
+        data["all"]["hosts"][new] = dict(data["all"]["hosts"][gpu])
+        data["all"]["children"]["gpu"]["hosts"][new] = {}
+        added.add(new)
+    grown_dir = tmp_path_factory.mktemp("grown")
+    (grown_dir / "group_vars").symlink_to(slab.inventory_path.parent / "group_vars")
+    grown = grown_dir / "inventory.yml"
+    grown.write_text(yaml.safe_dump(data))
+    try:
+        proc = run_cli("targets", "-i", str(grown), timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+        def placed() -> dict[str, dict[str, set[str]]] | None:
+            try:  # the replicas take the new files one after the other (serial play, file watch)
+                now = shard_split(slab)
+            except AssertionError:
+                return None
+            return now if (now["a"]["dcgm"] | now["b"]["dcgm"]) >= added else None
+
+        after = wait_until("the new hosts in the replicas' targets", placed, timeout=150, every=5)
+        for shard in ("a", "b"):
+            for job in SHARDED_JOBS:
+                assert before[shard][job] <= after[shard][job], (shard, job)
+        assert not after["a"]["dcgm"] & after["b"]["dcgm"]
+    finally:
+        assert run_cli("targets", "-i", str(inventory), timeout=600).returncode == 0
+
+
+def test_a_stopped_pair_fails_status_and_fires_in_the_other_shard_which_stays_complete(
+    slab: Lab, inventory: Path, deployed: None
+):
+    down = [h for h, s in SHARD_OF.items() if s == "b"]
+    urls = replicas(slab)
+    try:
+        for name in down:
+            assert slab.ssh(name, "systemctl stop prometheus", timeout=120).returncode == 0
+        proc = run_cli("status", "-i", str(inventory), "--output", "json", timeout=300)
+        data = json.loads(proc.stdout)
+        failed = {(c["host"], c["check"]) for c in data["checks"] if c["state"] == "failed"}
+        assert proc.returncode == 1
+        assert {(h, "ready") for h in down} <= failed, failed
+        # shard a still scrapes every one of its GPU and node targets (its prometheus job shows
+        # shard b's replicas down: that is how it alerts on them)
+        wanted = {f"scraping job {j}" for j in SHARDED_JOBS}
+        for name in ("prom01", "prom02"):
+            rows = [c for c in data["checks"] if c["host"] == name and c["check"] in wanted]
+            assert rows and all(c["ok"] for c in rows), rows
+
+        def firing() -> bool:
+            r = http_fetch(f"{urls['prom01']}/api/v1/alerts")
+            alerts = r.json()["data"]["alerts"] if r.status == 200 else []
+            down_at = {a["labels"].get("node") for a in alerts
+                       if a["labels"].get("alertname") == "PrometheusReplicaDown"
+                       and a["state"] == "firing"}  # fmt: skip
+            return set(down) <= down_at
+
+        # the rule's default for: 2m, then one evaluation
+        wait_until("PrometheusReplicaDown firing in shard a", firing, timeout=240, every=10)
+    finally:
+        for name in down:
+            slab.ssh(name, "systemctl start prometheus", timeout=120)
