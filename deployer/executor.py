@@ -39,6 +39,7 @@ from deployer.hostsession import (
     batch_run,
 )
 from deployer.modules.base import ContentDiff, Observation, q, run_checked
+from deployer.modules.wait_for import tls_client_opts
 from deployer.plan import HostPlan, HostPlay, PlannedTask
 from deployer.results import RunReport, Status, TaskResult
 from deployer.roles import Play
@@ -398,7 +399,8 @@ class Executor:
     def _unready_peers(self, state: HostState, peers: dict[str, str]) -> dict[str, str]:
         """Peers whose readiness URL does not answer 2xx (probed from this host), and why."""
         lines = [
-            f"hc=$(curl -s -o /dev/null --max-time 5 -w '%{{http_code}}' -- {q(url)} "
+            f"hc=$(curl -s -o /dev/null --max-time 5 {tls_client_opts(url)}"
+            f"-w '%{{http_code}}' -- {q(url)} "
             f"2>/dev/null); printf '%s %s %s\\n' {q(peer)} $? \"$hc\""
             for peer, url in peers.items()
         ]

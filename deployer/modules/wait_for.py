@@ -32,6 +32,17 @@ from deployer.modules.readout import sections
 from deployer.modules.systemd import UNIT_FAILURE_PROPS, SystemdUnit, unit_report_script
 
 _HOST = re.compile(r"^[A-Za-z0-9_.:-]+$")
+# curl's client config the roles write when the tier's TLS is on (deployer/tls/material.py,
+# HOST_CURLRC): the CA that signed the tier's certificates and the basic-auth user. An https
+# probe uses it when the host has it (the file is root's, 0600).
+TLS_CURLRC = "/etc/gpumon/tls/curlrc"
+
+
+def tls_client_opts(url: str) -> str:
+    """Shell words (with a trailing space) that give an https probe the tier's client config."""
+    if not url.startswith("https://"):
+        return ""
+    return f'$([ -r {TLS_CURLRC} ] && echo "-K {TLS_CURLRC}") '
 
 
 @register
@@ -84,7 +95,8 @@ class WaitFor(Module):
             if args.get("contains") is not None:
                 check += f" && printf '%s\\n' \"$b\" | sed '$d' | grep -qF -- {q(args['contains'])}"
             return (
-                f"{{ b=$(curl -sS --max-time 5 -w '\\n%{{http_code}}' -- {q(args['url'])} "
+                f"{{ b=$(curl -sS --max-time 5 {tls_client_opts(args['url'])}"
+                f"-w '\\n%{{http_code}}' -- {q(args['url'])} "
                 "2>/dev/null); s=$(printf '%s\\n' \"$b\" | tail -n 1); " + check + "; }"
             )
         return f"( sh -c {q(args['command'])} ) >/dev/null 2>&1 </dev/null"
