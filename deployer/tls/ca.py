@@ -61,7 +61,7 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _write(path: Path, data: bytes, mode: int) -> None:
+def write_private(path: Path, data: bytes, mode: int) -> None:
     """Atomically: a temporary file in the same directory, ``mode`` before any byte, renamed."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
@@ -136,8 +136,8 @@ def ensure_ca(directory: Path, name: str = "gpumon") -> Authority:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    _write(key_path, _key_pem(key), 0o600)
-    _write(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    write_private(key_path, _key_pem(key), 0o600)
+    write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     return Authority(cert, key)
 
 
@@ -247,6 +247,6 @@ def issue_host(
     )
     key_pem = _key_pem(key)
     cert_pem = cert.public_bytes(serialization.Encoding.PEM)
-    _write(key_path, key_pem, 0o600)
-    _write(cert_path, cert_pem, 0o644)
+    write_private(key_path, key_pem, 0o600)
+    write_private(cert_path, cert_pem, 0o644)
     return Issued(cert_pem.decode(), key_pem.decode(), cert.not_valid_after_utc, True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import bcrypt
 
-from deployer.tls.ca import _write, read_private
+from deployer.tls.ca import read_private, write_private
 
 # Go's bcrypt.DefaultCost; each request to a server with basic auth pays one comparison.
 COST = 10
@@ -37,5 +37,5 @@ def password_hash(password: str, record: Path) -> str:
             return kept
     hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(COST)).decode()
     record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _write(record, (hashed + "\n").encode(), 0o600)
+    write_private(record, (hashed + "\n").encode(), 0o600)
     return hashed

@@ -323,3 +323,101 @@ def test_the_client_side_gets_the_ca_and_credentials(tmp_path):
     assert given["ca_pem"] == (tmp_path / "ca.crt").read_text()
     assert mode(tmp_path / "basic-auth-password") == 0o600
     assert material.client({"inventory_hostname": "prom01"}) is None
+
+
+# ---------------------------------------------------------------- the product's own client
+
+
+class _Echo:
+    """An https (or http) server answering 200 with the request's Authorization header, or 401."""
+
+    def __init__(self, tmp_path: Path, tls: bool) -> None:
+        import http.server
+        import ssl
+        import threading
+
+        seen: list[str | None] = []
+        self.seen = seen
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                seen.append(self.headers.get("Authorization"))
+                self.send_response(200 if seen[-1] else 401)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.authority = ca.ensure_ca(tmp_path / "echo-ca")
+        if tls:
+            issued = ca.issue_host(self.authority, tmp_path / "echo-ca", "echo", ["127.0.0.1"],
+                                   days=10, renew_days=1)  # fmt: skip
+            (tmp_path / "c.pem").write_text(issued.cert_pem)
+            (tmp_path / "k.pem").write_text(issued.key_pem)
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem")
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_client_verifies_the_tier_ca_and_sends_basic_auth_over_https(tmp_path):
+    from deployer.monitoring.http import ClientTLS, http_fetch, use_tls
+
+    echo = _Echo(tmp_path, tls=True)
+    try:
+        use_tls(ClientTLS(echo.authority.cert_pem, "gpumon", "client-pw-1"))
+        r = http_fetch(f"https://127.0.0.1:{echo.port}/metrics")
+        assert r.status == 200 and echo.seen[-1] and echo.seen[-1].startswith("Basic ")
+        use_tls(ClientTLS(ca.ensure_ca(tmp_path / "other").cert_pem, "gpumon", "client-pw-1"))
+        refused = http_fetch(f"https://127.0.0.1:{echo.port}/metrics")
+        assert refused.status == 0 and "CERTIFICATE_VERIFY_FAILED" in (refused.error or "")
+        assert "client-pw-1" not in (refused.error or "")
+    finally:
+        use_tls(None)
+        echo.close()
+
+
+def test_the_client_never_sends_the_password_over_plain_http(tmp_path):
+    from deployer.monitoring.http import ClientTLS, http_fetch, use_tls
+
+    echo = _Echo(tmp_path, tls=False)
+    try:
+        use_tls(ClientTLS(echo.authority.cert_pem, "gpumon", "client-pw-1"))
+        assert http_fetch(f"http://127.0.0.1:{echo.port}/metrics").status == 401
+        assert echo.seen == [None]
+    finally:
+        use_tls(None)
+        echo.close()
+
+
+def test_status_expects_https_urls_and_the_client_tls_when_the_switch_is_on(tmp_path):
+    from deployer.monitoring.expect import expect
+
+    planned_dir = tmp_path / "ca"
+    base = {"gpumon_tls": True, "gpumon_tls_dir": str(planned_dir), "ansible_host": "10.0.0.1",
+            "inventory_hostname": "am1", "alertmanager_port": 9093,
+            "alertmanager_config_dir": "/etc/alertmanager", "alertmanager_advertise_address": "10.0.0.1",
+            "alertmanager_cluster_port": 9094}  # fmt: skip
+    exp = expect({}, {"am1": base}, {})
+    assert exp.alertmanagers[0].url == "https://10.0.0.1:9093"
+    assert (
+        exp.client_tls is not None and exp.client_tls.ca_pem == (planned_dir / "ca.crt").read_text()
+    )
+    plain = expect({}, {"am1": {**base, "gpumon_tls": False}}, {})
+    assert plain.alertmanagers[0].url == "http://10.0.0.1:9093" and plain.client_tls is None
+
+
+def test_the_readiness_probe_of_a_peer_tries_the_other_scheme_while_tls_is_switched():
+    from deployer.executor import _readiness_probe
+
+    probe = _readiness_probe("prom02", "https://10.0.0.2:9090/-/ready")
+    assert "https://10.0.0.2:9090/-/ready" in probe and "http://10.0.0.2:9090/-/ready" in probe
+    assert "-K /etc/gpumon/tls/curlrc" in probe
