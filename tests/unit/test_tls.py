@@ -421,3 +421,29 @@ def test_the_readiness_probe_of_a_peer_tries_the_other_scheme_while_tls_is_switc
     probe = _readiness_probe("prom02", "https://10.0.0.2:9090/-/ready")
     assert "https://10.0.0.2:9090/-/ready" in probe and "http://10.0.0.2:9090/-/ready" in probe
     assert "-K /etc/gpumon/tls/curlrc" in probe
+
+
+def test_thanos_serves_and_queries_over_tls(tmp_path):
+    planned = plan(
+        tmp_path, MONITORING_PLAYS, *tls_on(tmp_path), "thanos_enabled=true",
+        "thanos_sha256=" + "0" * 64,
+    )  # fmt: skip
+    sidecar = exec_flags(
+        planned_unit_text(find(planned["prom01"], "thanos_sidecar: thanos-sidecar hardened").args)
+    )
+    assert "--http.config=/etc/prometheus/tls/web-config.yml" in sidecar
+    assert "--grpc-server-tls-client-ca=/etc/gpumon/tls/ca.pem" in sidecar
+    assert "--prometheus.url=https://127.0.0.1:9090" in sidecar
+    client = json.loads(
+        find(planned["prom01"], "thanos_sidecar: thanos-sidecar's client").args["content"]
+    )
+    assert client["basic_auth"]["password_file"] == "/etc/prometheus/tls/client-password"
+    query = exec_flags(
+        planned_unit_text(find(planned["mon01"], "thanos_query: thanos-query hardened").args)
+    )
+    assert "--grpc-client-tls-secure" in query
+    assert "--http.config=/etc/thanos-query/tls/web-config.yml" in query
+    web = json.loads(
+        find(planned["mon01"], "thanos_query: thanos-query web config").args["content"]
+    )
+    assert web["tls_server_config"]["cert_file"] == "/etc/thanos-query/tls/cert.pem"
