@@ -447,3 +447,16 @@ def test_thanos_serves_and_queries_over_tls(tmp_path):
         find(planned["mon01"], "thanos_query: thanos-query web config").args["content"]
     )
     assert web["tls_server_config"]["cert_file"] == "/etc/thanos-query/tls/cert.pem"
+
+
+def test_the_readiness_wait_before_the_handlers_takes_either_scheme():
+    from deployer.modules.wait_for import WaitFor
+
+    module = WaitFor()
+    probe = module.probe(
+        module.validate({"url": "https://127.0.0.1:9093/-/ready", "any_scheme": True})
+    )
+    assert "https://127.0.0.1:9093/-/ready" in probe and "|| { b=$(curl" in probe
+    assert "http://127.0.0.1:9093/-/ready" in probe
+    plain = module.probe(module.validate({"url": "https://127.0.0.1:9093/-/ready"}))
+    assert "http://127.0.0.1" not in plain
