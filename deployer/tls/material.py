@@ -207,13 +207,13 @@ def _compute(
 
 
 def web_config(material: Mapping[str, Any], directory: str) -> dict[str, Any]:
-    """The exporter-toolkit web config of a server whose cert.pem and key.pem are in
-    ``directory`` (format: web/tls_config.go ``Config``, prometheus/exporter-toolkit v0.8.2
+    """The exporter-toolkit web config of a server whose key and certificate are in
+    ``directory``/server.pem, one file so that a renewal replaces both at once (format: web/tls_config.go ``Config``, prometheus/exporter-toolkit v0.8.2
     5b1eab3 lines 38-54: tls_server_config cert_file/key_file/min_version, basic_auth_users)."""
     return {
         "tls_server_config": {
-            "cert_file": f"{directory}/cert.pem",
-            "key_file": f"{directory}/key.pem",
+            "cert_file": f"{directory}/server.pem",
+            "key_file": f"{directory}/server.pem",
             "min_version": MIN_VERSION,
         },
         "basic_auth_users": {material["username"]: material["password_hash"]},

@@ -143,3 +143,24 @@ def test_an_unknown_field_in_the_web_config_stops_the_exporter(tmp_path: Path, d
                         "--web-config-file", "/etc/dcgm-exporter/web-config.yml"])  # fmt: skip
     assert result.returncode == 1
     assert "tls_server_confg" in result.stderr
+
+
+def test_one_file_holding_the_key_and_the_certificate_serves(tmp_path: Path, debs) -> None:
+    """What gpumon_tls writes: cert_file and key_file are the same file (server.pem)."""
+    root = tmp_path / "root"
+    unpack(pick(debs, *PACKAGES), root)
+    prepare_root(root, hardware_for("H100", 1, "gpu01", True))
+    authority = ca.ensure_ca(tmp_path / "ca")
+    issued = ca.issue_host(
+        authority, tmp_path / "ca", "gpu01", ["127.0.0.1"], days=30, renew_days=5
+    )
+    (root / "etc/dcgm-exporter/server.pem").write_text(issued.key_pem + issued.cert_pem)
+    web = {"tls_server_config": {"cert_file": "/etc/dcgm-exporter/server.pem",
+                                 "key_file": "/etc/dcgm-exporter/server.pem"}}  # fmt: skip
+    (root / "etc/dcgm-exporter/web-config.yml").write_text(json.dumps(web))
+    port = free_port()
+    argv = ["/usr/bin/dcgm-exporter", "-a", f"127.0.0.1:{port}",
+            "-f", "/etc/dcgm-exporter/default-counters.csv",
+            "--web-config-file", "/etc/dcgm-exporter/web-config.yml"]  # fmt: skip
+    with Daemon(root, argv, port):
+        assert get(f"https://127.0.0.1:{port}/metrics", authority.cert_pem) == 200

@@ -196,11 +196,14 @@ def test_each_server_gets_a_web_config_with_its_certificate_and_the_hash(tmp_pat
         task = find(planned[host], f"{role}: {role} web config")
         assert task.args["mode"] in ("0640", "640") and task.args["secret"] is True
         web = json.loads(task.args["content"])
-        assert web["tls_server_config"]["cert_file"] == f"{directory}/cert.pem"
-        assert web["tls_server_config"]["key_file"] == f"{directory}/key.pem"
+        # one file: a renewal replaces the key and the certificate at once
+        assert web["tls_server_config"]["cert_file"] == f"{directory}/server.pem"
+        assert web["tls_server_config"]["key_file"] == f"{directory}/server.pem"
         assert bcrypt.checkpw(password.encode(), web["basic_auth_users"]["gpumon"].encode())
-        key = find(planned[host], f"{role}: {role} private key")
+        key = find(planned[host], f"{role}: {role} private key and certificate")
         assert key.args["secret"] is True and key.args["mode"] in ("0640", "640")
+        assert key.args["dest"] == f"{directory}/server.pem"
+        assert "PRIVATE KEY" in key.args["content"] and "BEGIN CERTIFICATE" in key.args["content"]
 
 
 def test_the_daemons_are_started_with_their_web_config(tmp_path):
@@ -267,8 +270,7 @@ def test_a_second_plan_renders_the_same_files(tmp_path):
     first = plan(tmp_path, MONITORING_PLAYS, *tls_on(tmp_path))
     material._CACHE.clear()
     second = plan(tmp_path, MONITORING_PLAYS, *tls_on(tmp_path))
-    for name in ("prometheus: prometheus web config", "prometheus: prometheus certificate",
-                 "prometheus: prometheus private key"):  # fmt: skip
+    for name in ("prometheus: prometheus web config", "prometheus: prometheus private key"):
         assert (
             find(first["prom01"], name).args["content"]
             == find(second["prom01"], name).args["content"]
@@ -446,7 +448,7 @@ def test_thanos_serves_and_queries_over_tls(tmp_path):
     web = json.loads(
         find(planned["mon01"], "thanos_query: thanos-query web config").args["content"]
     )
-    assert web["tls_server_config"]["cert_file"] == "/etc/thanos-query/tls/cert.pem"
+    assert web["tls_server_config"]["cert_file"] == "/etc/thanos-query/tls/server.pem"
 
 
 def test_the_readiness_wait_before_the_handlers_takes_either_scheme():
