@@ -578,7 +578,7 @@ def _readiness_probe(peer: str, url: str) -> str:
             f'case "$hc" in 2??) ;; *) hc2=$({curl(other)}) && '
             f'case "$hc2" in 2??) hc=$hc2; rc=0 ;; esac ;; esac; '
         )
-    return line + f"printf '%s %s %s\\n' {q(peer)} \"$rc\" \"$hc\""
+    return line + f'printf \'%s %s %s\\n\' {q(peer)} "$rc" "$hc"'
 
 
 # curl's exit statuses a readiness probe meets (curl(1), EXIT CODES).
