@@ -39,6 +39,7 @@ from deployer.hostsession import (
     batch_run,
 )
 from deployer.modules.base import ContentDiff, Observation, q, run_checked
+from deployer.modules.wait_for import tls_client_opts
 from deployer.plan import HostPlan, HostPlay, PlannedTask
 from deployer.results import RunReport, Status, TaskResult
 from deployer.roles import Play
@@ -397,11 +398,7 @@ class Executor:
 
     def _unready_peers(self, state: HostState, peers: dict[str, str]) -> dict[str, str]:
         """Peers whose readiness URL does not answer 2xx (probed from this host), and why."""
-        lines = [
-            f"hc=$(curl -s -o /dev/null --max-time 5 -w '%{{http_code}}' -- {q(url)} "
-            f"2>/dev/null); printf '%s %s %s\\n' {q(peer)} $? \"$hc\""
-            for peer, url in peers.items()
-        ]
+        lines = [_readiness_probe(peer, url) for peer, url in peers.items()]
         result = state.conn().run("\n".join(lines))
         answers = {}
         for line in result.stdout.splitlines():
@@ -559,6 +556,29 @@ def _try_observe(
 def _has_baseline(task: PlannedTask) -> bool:
     """Whether a handler's module judges an owed action by its state (a restart since)."""
     return task.module.baseline_script(task.args) is not None
+
+
+def _readiness_probe(peer: str, url: str) -> str:
+    """Shell printing ``peer curl-exit http-code`` for ``url``. While the tier's TLS is switched on
+    or off (gpumon_tls), a peer not yet converged still speaks the other scheme: when ``url`` does
+    not answer 2xx, the same address is tried with the other scheme, so the pair's invariant is
+    judged by whether the peer serves, not by which scheme it serves today."""
+    scheme, sep, rest = url.partition("://")
+    other = f"{'http' if scheme == 'https' else 'https'}{sep}{rest}" if sep else ""
+
+    def curl(u: str) -> str:
+        return (
+            f"curl -s -o /dev/null --max-time 5 {tls_client_opts(u)}"
+            f"-w '%{{http_code}}' -- {q(u)} 2>/dev/null"
+        )
+
+    line = f"hc=$({curl(url)}); rc=$?; "
+    if other:
+        line += (
+            f'case "$hc" in 2??) ;; *) hc2=$({curl(other)}) && '
+            f'case "$hc2" in 2??) hc=$hc2; rc=0 ;; esac ;; esac; '
+        )
+    return line + f'printf \'%s %s %s\\n\' {q(peer)} "$rc" "$hc"'
 
 
 # curl's exit statuses a readiness probe meets (curl(1), EXIT CODES).

@@ -23,6 +23,7 @@ from deployer.booleans import truthy
 from deployer.errors import InputError
 from deployer.monitoring import file_sd, remote_write, shards
 from deployer.secrets import MASK, is_secret_path
+from deployer.tls import material as tls_material
 from deployer.unsafe import UnsafeText
 
 _WHOLE_EXPR = re.compile(r"^\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\Z", re.S)
@@ -192,6 +193,13 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
     # and the dashboards and provisioning computed in Python (deployer/monitoring/dashboards/).
     env.globals["controller_secret"] = _controller_secret
     env.globals["gpumon_default_secrets_dir"] = _default_secrets_dir
+    # TLS and basic auth of the tier (gpumon_tls; deployer/tls/material.py): this host's
+    # certificate, key, CA, credentials and web config, from the cluster's CA on the controller.
+    env.globals["gpumon_tls_material"] = jinja2.pass_context(
+        lambda context: tls_material.host_tls(context.parent)
+    )
+    env.globals["gpumon_web_config"] = tls_material.web_config
+    env.globals["version_at_least"] = _version_at_least
     # The dashboards read other roles' variables as a host sees them, rendered by this layer.
     renderer = Renderer(env)
 
@@ -215,6 +223,18 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
         lambda context: remote_write.remote_write_section(context.parent)
     )
     return env
+
+
+def _version_at_least(version: Any, minimum: str) -> bool:
+    """``version`` (``1.5.0``, ``v0.25.0``, ``1.5.0-1+b2``) is ``minimum`` or later; a version
+    that is not dotted numbers counts as later (a site's own build)."""
+
+    def parts(v: Any) -> tuple[int, ...] | None:
+        m = re.match(r"^v?(\d+(?:\.\d+)*)", str(v).strip())
+        return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+    have, want = parts(version), parts(minimum)
+    return have is None or want is None or have >= want
 
 
 def _controller_secret(path: str) -> str:

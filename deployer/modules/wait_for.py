@@ -32,6 +32,17 @@ from deployer.modules.readout import sections
 from deployer.modules.systemd import UNIT_FAILURE_PROPS, SystemdUnit, unit_report_script
 
 _HOST = re.compile(r"^[A-Za-z0-9_.:-]+$")
+# curl's client config the roles write when the tier's TLS is on (deployer/tls/material.py,
+# HOST_CURLRC): the CA that signed the tier's certificates and the basic-auth user. An https
+# probe uses it when the host has it (the file is root's, 0600).
+TLS_CURLRC = "/etc/gpumon/tls/curlrc"
+
+
+def tls_client_opts(url: str) -> str:
+    """Shell words (with a trailing space) that give an https probe the tier's client config."""
+    if not url.startswith("https://"):
+        return ""
+    return f'$([ -r {TLS_CURLRC} ] && echo "-K {TLS_CURLRC}") '
 
 
 @register
@@ -50,6 +61,9 @@ class WaitFor(Module):
         "timeout": Param(int, default=60),
         "interval": Param(int, default=1),
         "unit": Param(str),
+        # ``url`` in either scheme: a server the run is switching to or from TLS (gpumon_tls)
+        # serves the other one until its restart, which the handlers do after this wait.
+        "any_scheme": Param(bool, default=False),
     }
 
     def check(self, args: dict[str, Any]) -> None:
@@ -79,15 +93,23 @@ class WaitFor(Module):
         if args.get("port") is not None:
             host, port = args["host"], args["port"]
             return f"timeout 5 bash -c 'exec 3<>\"/dev/tcp/$0/$1\"' {q(host)} {port} 2>/dev/null"
+        if args.get("url") is not None and args.get("any_scheme"):
+            scheme, _, rest = args["url"].partition("://")
+            other = f"{'http' if scheme == 'https' else 'https'}://{rest}"
+            return f"{self._url_probe(args, args['url'])} || {self._url_probe(args, other)}"
         if args.get("url") is not None:
-            check = f'[ "$s" = {args["status"]} ]'
-            if args.get("contains") is not None:
-                check += f" && printf '%s\\n' \"$b\" | sed '$d' | grep -qF -- {q(args['contains'])}"
-            return (
-                f"{{ b=$(curl -sS --max-time 5 -w '\\n%{{http_code}}' -- {q(args['url'])} "
-                "2>/dev/null); s=$(printf '%s\\n' \"$b\" | tail -n 1); " + check + "; }"
-            )
+            return self._url_probe(args, args["url"])
         return f"( sh -c {q(args['command'])} ) >/dev/null 2>&1 </dev/null"
+
+    def _url_probe(self, args: dict[str, Any], url: str) -> str:
+        check = f'[ "$s" = {args["status"]} ]'
+        if args.get("contains") is not None:
+            check += f" && printf '%s\\n' \"$b\" | sed '$d' | grep -qF -- {q(args['contains'])}"
+        return (
+            f"{{ b=$(curl -sS --max-time 5 {tls_client_opts(url)}"
+            f"-w '\\n%{{http_code}}' -- {q(url)} "
+            "2>/dev/null); s=$(printf '%s\\n' \"$b\" | tail -n 1); " + check + "; }"
+        )
 
     def read_script(self, args: dict[str, Any]) -> str:
         return f"if {self.probe(args)}; then echo ready=1; else echo ready=0; fi"

@@ -18,6 +18,8 @@ from deployer.errors import InputError
 from deployer.monitoring import file_sd, shards
 from deployer.monitoring.checks_gpus import presence_metric
 from deployer.monitoring.file_sd import Target, truthy
+from deployer.monitoring.http import ClientTLS
+from deployer.tls import material as tls_material
 
 # Where the node_exporter role writes ``gpumon_expected_gpus`` (roles/node_exporter/tasks/main.yml,
 # "expected GPU count for the fell-off-the-bus alert"; the directory is the role's
@@ -80,6 +82,8 @@ class StackExpectation:
     store: Any = (
         None  # monitoring.store.StoreExpectation: long-term store, remote write, global view
     )
+    # gpumon_tls on: the CA, user and password the product's client uses (monitoring/http.py)
+    client_tls: ClientTLS | None = None
 
 
 # ---------------------------------------------------------------- expectation from the inventory
@@ -100,7 +104,7 @@ def expect(
         exp.replicas.append(
             Replica(
                 host=host,
-                url=f"http://{address}:{v['prometheus_port']}",
+                url=f"{tls_material.scheme(v)}://{address}:{v['prometheus_port']}",
                 replica=str(v["prometheus_replica"]),
                 cluster=str(v["prometheus_cluster"]),
                 replica_label=str(v["prometheus_replica_label"]),
@@ -113,7 +117,10 @@ def expect(
         if truthy(v["prometheus_thanos_sidecar"]):
             exp.thanos_active = True
             exp.thanos_sidecars.append(
-                Endpoint(host, f"http://{address}:{v['prometheus_thanos_sidecar_http_port']}")
+                Endpoint(
+                    host,
+                    f"{tls_material.scheme(v)}://{address}:{v['prometheus_thanos_sidecar_http_port']}",
+                )
             )
             exp.thanos_stores.append(f"{address}:{v.get('thanos_sidecar_grpc_port', 10901)}")
     if first is not None:
@@ -136,13 +143,17 @@ def expect(
                 exp.gpus[node] = int(count)
             else:
                 exp.gpu_records[node] = f"{DEFAULT_TEXTFILE_DIR}/{RECORD_FILE}"
+    for v in [*prometheus_vars.values(), *alertmanager_vars.values()][:1]:
+        given = tls_material.client(v)
+        if given is not None:
+            exp.client_tls = ClientTLS(given["ca_pem"], given["username"], given["password"])
     for host, v in alertmanager_vars.items():
         address = str(v.get("ansible_host", host))
         config_dir = str(v["alertmanager_config_dir"])
         exp.alertmanagers.append(
             Peer(
                 host=host,
-                url=f"http://{address}:{v['alertmanager_port']}",
+                url=f"{tls_material.scheme(v)}://{address}:{v['alertmanager_port']}",
                 cluster_address=f"{v['alertmanager_advertise_address']}:{v['alertmanager_cluster_port']}",
                 config_file=f"{config_dir}/alertmanager.yml",
                 # Alertmanager reads relative template paths from the config file's directory.
@@ -157,7 +168,9 @@ def expect(
             exp.thanos_active = True
             address = str(v.get("ansible_host", host))
             exp.thanos_queries.append(
-                Endpoint(host, f"http://{address}:{v['thanos_query_http_port']}")
+                Endpoint(
+                    host, f"{tls_material.scheme(v)}://{address}:{v['thanos_query_http_port']}"
+                )
             )
     return exp
 
@@ -206,6 +219,9 @@ def load_expectation(
     exp = expect(
         variables_of("prometheus"), variables_of("alertmanager"), variables_of("thanos_query")
     )
+    from deployer.monitoring.http import use_tls
+
+    use_tls(exp.client_tls)
     from deployer.monitoring import store
 
     exp.store = store.expect(variables_of)

@@ -20,11 +20,13 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import ssl
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -32,6 +34,38 @@ from prometheus_client.parser import text_string_to_metric_families
 from deployer.secrets import mask_text
 
 HTTP_TIMEOUT_S = 5.0
+_TLS_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ClientTLS:
+    """The tier's TLS and basic auth as its clients see them (``gpumon_tls``): the CA that signed
+    every server's certificate, and the basic-auth user and password (a secret)."""
+
+    ca_pem: str
+    username: str
+    password: str = field(repr=False)
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cadata=self.ca_pem)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        return ctx
+
+
+# The tier's client TLS, set once per command from the inventory (``use_tls``); None: plain HTTP.
+_TLS: list[ClientTLS | None] = [None]
+_CONTEXT: list[ssl.SSLContext | None] = [None]
+
+
+def use_tls(tls: ClientTLS | None) -> None:
+    """Every ``https`` request from now on verifies the server against ``tls``'s CA and, unless
+    the caller sends its own ``Authorization``, authenticates with its basic auth. Credentials are
+    never sent over plain HTTP."""
+    with _TLS_LOCK:
+        _TLS[0] = tls
+        _CONTEXT[0] = tls.context() if tls is not None else None
+
+
 JSON_CONTENT = {"Content-Type": "application/json"}
 
 
@@ -65,9 +99,16 @@ def http_fetch(
 ) -> Response:
     """``method`` ``url`` with ``headers`` and ``body``, directly (no proxy from the environment),
     never raising."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+    sent = dict(headers or {})
+    tls, context = _TLS[0], _CONTEXT[0]
+    if tls is not None and url.startswith("https://"):
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+        if not any(k.lower() == "authorization" for k in sent):
+            sent.update(basic_auth(tls.username, tls.password))
+    opener = urllib.request.build_opener(*handlers)
     try:
-        request = urllib.request.Request(url, data=body, headers=dict(headers or {}), method=method)
+        request = urllib.request.Request(url, data=body, headers=sent, method=method)
         with opener.open(request, timeout=timeout) as resp:
             return Response(resp.status, resp.read().decode("utf-8", "replace"))
     except urllib.error.HTTPError as exc:

@@ -39,6 +39,7 @@ from deployer import dcgm_fields, rule_pack
 from deployer.monitoring import file_sd, remote_write
 from deployer.monitoring.check import PENDING, Check
 from deployer.monitoring.http import Response, basic_auth, without_query
+from deployer.tls import material as tls_material
 
 # url, headers -> Response
 Fetch = Callable[[str, Mapping[str, str]], Response]
@@ -121,7 +122,12 @@ def expect(variables_of: VariablesOf) -> StoreExpectation:
     for host, v in prom_vars.items():
         address = v.get("ansible_host", host)
         exp.writers.append(
-            Writer(host, f"http://{address}:{v['prometheus_port']}", queues, max_lag)
+            Writer(
+                host,
+                f"{tls_material.scheme(v)}://{address}:{v['prometheus_port']}",
+                queues,
+                max_lag,
+            )
         )
     hostvars = first["hostvars"]
     for node in file_sd.members(first, [first["prometheus_gpu_group"]]):
@@ -161,7 +167,10 @@ def _global_view(
         if not thanos:
             return "thanos", ""
         host, v = next(iter(thanos.items()))
-        return "thanos", f"http://{v.get('ansible_host', host)}:{v['thanos_query_http_port']}"
+        return (
+            "thanos",
+            f"{tls_material.scheme(v)}://{v.get('ansible_host', host)}:{v['thanos_query_http_port']}",
+        )
     if not stores:
         return "victoriametrics", ""
     host = next(iter(stores))

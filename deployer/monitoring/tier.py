@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from deployer import dcgm_fields
 from deployer.monitoring import status
-from deployer.monitoring.http import Fetch
+from deployer.monitoring.http import Fetch, use_tls
 from deployer.session import DeploySession
 
 
@@ -36,6 +36,7 @@ def load(session: DeploySession) -> MonitoringTier:
         session.role_variables("alertmanager"),
         session.role_variables("thanos_query"),
     )
+    use_tls(exp.client_tls)  # the silences and queries of a rollout go over the tier's TLS
     return MonitoringTier(
         alertmanagers=[p.url for p in exp.alertmanagers],
         replicas=[(r.host, r.url) for r in exp.replicas],

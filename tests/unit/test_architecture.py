@@ -179,7 +179,7 @@ LAYERS = [
     ["hostaccess", "boot", "facts", "connection",
      "monitoring.http"],  # the one HTTP client: status, silences, the store, the dashboards' proof
     ["errors", "secrets", "booleans", "varformats", "yamlsrc", "memory", "dcgm_fields",
-     "library_logs", "unsafe", "controller_secrets", "__init__"],
+     "library_logs", "unsafe", "controller_secrets", "tls", "__init__"],
 ]  # fmt: skip
 
 

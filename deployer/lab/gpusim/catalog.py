@@ -396,7 +396,8 @@ def exporter_package(e: ExporterRelease) -> Deb:
     deb.add_tools("exporter", {"/usr/bin/dcgm-exporter": "main"},
                   {"version": e.version, "exporter_tag": e.tag, "dcgm_version": e.dcgm,
                    "hostname_label": e.hostname_label, "hpc_job_files": e.hpc_job_files,
-                   "field_names": exporter_fields.field_names(e.version)})  # fmt: skip
+                   "field_names": exporter_fields.field_names(e.version)},
+                  parts=("webconfig",))  # fmt: skip
     # upstream's etc/ files, byte for byte (the same at 4.4.2-4.7.1, 4.5.3-4.8.2 and d5e5f51)
     for name in ("default-counters.csv", "dcp-metrics-included.csv"):
         deb.add(f"/etc/dcgm-exporter/{name}", (DATA / "dcgm-exporter" / name).read_bytes())

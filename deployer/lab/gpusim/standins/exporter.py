@@ -14,8 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 try:
     from deployer.lab.gpusim.standins import common as c
+    from deployer.lab.gpusim.standins import webconfig
 except ImportError:  # installed on a simulated host: the package ships gpusim_common.py
     import gpusim_common as c  # type: ignore[no-redef]
+    import gpusim_webconfig as webconfig  # type: ignore[no-redef]
 
 DEFAULT_CSV = "/etc/dcgm-exporter/default-counters.csv"
 TYPES = ("gauge", "counter", "label")
@@ -540,6 +542,7 @@ def _parse(argv: list) -> dict:
         "xid_window_ms": int(env.get("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", "300000")),
         "clock_window_ms": 300000,
         "hpc_dir": env.get("DCGM_HPC_JOB_MAPPING_DIR", ""),
+        "web_config": "",
         "mode": "run",
     }
     takes = {"-f": "csv", "--collectors": "csv", "-a": "listen", "--address": "listen",
@@ -581,7 +584,12 @@ def _parse(argv: list) -> dict:
                    "--web-systemd-socket"):  # fmt: skip
             pass
         elif a == "--web-config-file":
-            raise ValueError("--web-config-file (TLS/basic auth) is not simulated")
+            if val is None:
+                i += 1
+                if i >= len(argv):
+                    raise ValueError(f"flag needs an argument: {a}")
+                val = argv[i]
+            o["web_config"] = val
         else:
             raise ValueError(f"flag provided but not defined: {a}")
         i += 1
@@ -664,9 +672,39 @@ def main(argv: list) -> int:
         log("ERROR", str(e))
         return 1
 
+    web_config = o["web_config"]
+    use_tls = False
+    if web_config:
+        # web.ListenAndServe: the config is validated at start (an error exits), TLS or not is
+        # decided once (exporter-toolkit web/tls_config.go, v0.8.2 5b1eab3)
+        try:
+            use_tls = webconfig.tls_enabled(webconfig.load(web_config, c.path))
+            if use_tls:
+                webconfig.server_context(web_config, c.path)
+        except (OSError, ValueError, webconfig.ssl.SSLError) as e:
+            log("ERROR", "Failed to start webserver", error=str(e))
+            return 1
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
+            if web_config:
+                try:
+                    ok = webconfig.authorized(web_config, self.headers.get("Authorization"), c.path)
+                except (OSError, ValueError) as e:  # handler.go: a config it cannot read is a 500
+                    log("ERROR", "Unable to parse configuration", err=str(e))
+                    self.send_error_text(500, "Internal Server Error")
+                    return
+                if not ok:
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", "Basic")
+                    body = b"Unauthorized\n"
+                    self.send_header("Content-Type", "text/plain; charset=utf-8")
+                    self.send_header("X-Content-Type-Options", "nosniff")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
             if path == "/metrics":
                 try:
                     body = collector.render().encode()
@@ -711,6 +749,23 @@ def main(argv: list) -> int:
         allow_reuse_address = True
         daemon_threads = True
 
+        def get_request(self):
+            sock, addr = super().get_request()
+            if use_tls:
+                # the config and certificate as they are now, for this connection; the handshake
+                # runs in the connection's own thread (on its first read)
+                try:
+                    ctx = webconfig.server_context(web_config, c.path)
+                except (OSError, ValueError, webconfig.ssl.SSLError) as e:
+                    log("ERROR", "TLS configuration error", error=str(e))
+                    sock.close()
+                    raise OSError("no TLS config") from e
+                sock = ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            return sock, addr
+
+        def handle_error(self, request, client_address) -> None:
+            pass  # a failed handshake or a client gone: Go's server logs at debug level only
+
     try:
         server = Server((host, port), Handler)
     except OSError as e:
@@ -720,6 +775,7 @@ def main(argv: list) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     log("INFO", "Starting webserver", address=o["listen"])
+    log("INFO", "TLS is enabled." if use_tls else "TLS is disabled.", address=o["listen"])
     try:
         server.serve_forever(poll_interval=0.5)
     finally:

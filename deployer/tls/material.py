@@ -1,0 +1,220 @@
+"""What one host gets when the inventory switches ``gpumon_tls`` on: its certificate and key, the
+CA, the basic-auth user and password (the clients') and its bcrypt hash (the servers'), and the
+exporter-toolkit web config that every server of the tier reads.
+
+Variables (any inventory layer; the same for every host of one cluster):
+
+- ``gpumon_tls``: the switch (off by default: nothing changes for an inventory that does not set it).
+- ``gpumon_tls_dir``: the controller directory of the cluster's CA, the hosts' certificates and
+  the password (default ``<gpumon secrets dir>/tls/<gpumon_tls_cluster>``, ``gpumon_tls_cluster``
+  defaulting to ``default``: give each cluster its own).
+- ``gpumon_tls_cert_days`` (397) and ``gpumon_tls_renew_days`` (30): a host certificate is issued
+  again by ``up`` once it expires within the threshold.
+- ``gpumon_tls_names``: more names (DNS or addresses) for the host's certificate; the host's
+  inventory name, its ``ansible_host``, ``localhost``, 127.0.0.1 and ::1 are always there.
+- Your own certificates instead: ``gpumon_tls_ca_cert`` (PEM or a controller path) and, per host,
+  ``gpumon_tls_cert`` and ``gpumon_tls_private_key`` (PEM or a path; the key is a secret).
+- ``gpumon_basic_auth_username`` (``gpumon``) and ``gpumon_basic_auth_password`` (default: one
+  generated and kept 0600 in ``gpumon_tls_dir``/basic-auth-password).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from deployer.booleans import truthy
+from deployer.controller_secrets import controller_secret, default_dir
+from deployer.errors import InputError
+from deployer.secrets import register_secret
+from deployer.tls import ca as ca_mod
+from deployer.tls.hashing import password_hash
+
+# Host paths every role shares: the CA clients verify with, and curl's client config (the CA and
+# the user:password) for the roles' own on-host probes (wait_for, readiness of HA peers, reloads).
+HOST_TLS_DIR = "/etc/gpumon/tls"
+HOST_CA_FILE = f"{HOST_TLS_DIR}/ca.pem"
+HOST_CURLRC = f"{HOST_TLS_DIR}/curlrc"
+# TLS 1.2 at least: exporter-toolkit's own default (web/tls_config.go, MinVersion tls.VersionTLS12).
+MIN_VERSION = "TLS12"
+
+_LOCK = threading.Lock()
+_CACHE: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+OFF: dict[str, Any] = {
+    "enabled": False,
+    "scheme": "http",
+    "curl_opts": "",
+    "ca_file": HOST_CA_FILE,
+    "curlrc": HOST_CURLRC,
+}
+
+
+def enabled(variables: Mapping[str, Any]) -> bool:
+    return truthy(variables.get("gpumon_tls", False))
+
+
+def scheme(variables: Mapping[str, Any]) -> str:
+    return "https" if enabled(variables) else "http"
+
+
+def tls_dir(variables: Mapping[str, Any]) -> Path:
+    given = variables.get("gpumon_tls_dir")
+    if given:
+        return Path(str(given)).expanduser()
+    cluster = str(variables.get("gpumon_tls_cluster") or "default")
+    return Path(default_dir()) / "tls" / cluster
+
+
+def _int(variables: Mapping[str, Any], key: str, default: int, host: str) -> int:
+    value = variables.get(key, default)
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise InputError(f"host {host}: {key} must be a whole number of days, got {value!r}",
+                         key=key) from None  # fmt: skip
+    if n < 0:
+        raise InputError(f"host {host}: {key} must not be negative", key=key)
+    return n
+
+
+def _pem_or_path(value: Any, host: str, key: str, secret: bool) -> str:
+    """A PEM given inline, or the content of the controller file it names."""
+    text = str(value).strip()
+    if text.startswith("-----BEGIN"):
+        return text + "\n"
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        raise InputError(f"host {host}: {key} is neither a PEM block nor an absolute path", key=key)
+    try:
+        data = ca_mod.read_private(path) if secret else path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"host {host}: {key}: {path} does not exist", key=key) from None
+    except OSError as exc:
+        raise InputError(
+            f"host {host}: {key}: cannot read {path}: {exc.strerror}", key=key
+        ) from None
+    out = data.decode("utf-8", "replace")
+    if "-----BEGIN" not in out:
+        raise InputError(f"host {host}: {key}: {path} holds no PEM block", key=key)
+    return out
+
+
+def host_names(variables: Mapping[str, Any]) -> list[str]:
+    host = str(variables.get("inventory_hostname", ""))
+    names = [host, str(variables.get("ansible_host") or host), "localhost", "127.0.0.1", "::1"]
+    extra = variables.get("gpumon_tls_names") or []
+    if isinstance(extra, str):
+        extra = [extra]
+    names += [str(n) for n in extra]
+    return names
+
+
+def _password(variables: Mapping[str, Any], directory: Path) -> str:
+    given = variables.get("gpumon_basic_auth_password")
+    if given:
+        value = str(given)
+        register_secret(value)
+        return value
+    return controller_secret(directory / "basic-auth-password")
+
+
+def client(variables: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a client of the tier needs on the controller (the CA's PEM, user, password), or None
+    when the switch is off."""
+    if not enabled(variables):
+        return None
+    host = str(variables.get("inventory_hostname", "?"))
+    d = tls_dir(variables)
+    if variables.get("gpumon_tls_ca_cert"):
+        ca_pem = _pem_or_path(variables["gpumon_tls_ca_cert"], host, "gpumon_tls_ca_cert", False)
+    else:
+        ca_pem = ca_mod.ensure_ca(d).cert_pem
+    username = str(variables.get("gpumon_basic_auth_username") or "gpumon")
+    return {"ca_pem": ca_pem, "username": username, "password": _password(variables, d)}
+
+
+def host_tls(variables: Mapping[str, Any]) -> dict[str, Any]:
+    """The template global ``gpumon_tls_material()``: ``OFF`` when the switch is off, else this host's
+    material (see the module's docstring), computed once per process and host."""
+    if not enabled(variables):
+        return OFF
+    host = str(variables.get("inventory_hostname", "?"))
+    d = tls_dir(variables)
+    days = _int(variables, "gpumon_tls_cert_days", 397, host)
+    renew = _int(variables, "gpumon_tls_renew_days", 30, host)
+    names = host_names(variables)
+    own = variables.get("gpumon_tls_ca_cert")
+    key = (str(d), host, tuple(names), days, renew, bool(own))
+    with _LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+        out = _compute(variables, host, d, names, days, renew)
+        _CACHE[key] = out
+        return out
+
+
+def _compute(
+    variables: Mapping[str, Any], host: str, d: Path, names: list[str], days: int, renew: int
+) -> dict[str, Any]:
+    if variables.get("gpumon_tls_ca_cert"):
+        missing = [k for k in ("gpumon_tls_cert", "gpumon_tls_private_key") if not variables.get(k)]
+        if missing:
+            raise InputError(
+                f"host {host}: gpumon_tls_ca_cert is set, so {' and '.join(missing)} must be too "
+                "(your own certificates), or unset gpumon_tls_ca_cert for the product's CA",
+                key=missing[0],
+            )
+        ca_pem = _pem_or_path(variables["gpumon_tls_ca_cert"], host, "gpumon_tls_ca_cert", False)
+        cert_pem = _pem_or_path(variables["gpumon_tls_cert"], host, "gpumon_tls_cert", False)
+        key_pem = _pem_or_path(
+            variables["gpumon_tls_private_key"], host, "gpumon_tls_private_key", True
+        )
+        if "PRIVATE KEY" not in key_pem:
+            raise InputError(
+                f"host {host}: gpumon_tls_private_key holds no private key",
+                key="gpumon_tls_private_key",
+            )
+    else:
+        authority = ca_mod.ensure_ca(d)
+        issued = ca_mod.issue_host(authority, d, host, names, days=days, renew_days=renew)
+        ca_pem, cert_pem, key_pem = authority.cert_pem, issued.cert_pem, issued.key_pem
+    register_secret(key_pem)
+    c = client(variables)
+    assert c is not None
+    hashed = password_hash(c["password"], d / "basic-auth-password.bcrypt")
+    curlrc = (
+        "# Managed by gpumon-deploy: curl's client config for the tier's TLS and basic auth\n"
+        f'cacert = "{HOST_CA_FILE}"\n'
+        f'user = "{c["username"]}:{c["password"]}"\n'
+    )
+    return {
+        "enabled": True,
+        "scheme": "https",
+        "curl_opts": f"-K {HOST_CURLRC}",
+        "ca_file": HOST_CA_FILE,
+        "curlrc": HOST_CURLRC,
+        "ca_pem": ca_pem,
+        "cert_pem": cert_pem,
+        "key_pem": key_pem,
+        "username": c["username"],
+        "password": c["password"],
+        "password_hash": hashed,
+        "curlrc_content": curlrc,
+    }
+
+
+def web_config(material: Mapping[str, Any], directory: str) -> dict[str, Any]:
+    """The exporter-toolkit web config of a server whose key and certificate are in
+    ``directory``/server.pem, one file so that a renewal replaces both at once (format: web/tls_config.go ``Config``, prometheus/exporter-toolkit v0.8.2
+    5b1eab3 lines 38-54: tls_server_config cert_file/key_file/min_version, basic_auth_users)."""
+    return {
+        "tls_server_config": {
+            "cert_file": f"{directory}/server.pem",
+            "key_file": f"{directory}/server.pem",
+            "min_version": MIN_VERSION,
+        },
+        "basic_auth_users": {material["username"]: material["password_hash"]},
+    }

@@ -1,0 +1,292 @@
+"""TLS and basic auth on every endpoint of the monitoring tier (``gpumon_tls``), on the lab.
+
+With the switch on, one ``up`` from whatever the lab runs:
+
+- every target is ``up == 1`` on both replicas, scraped over https;
+- a request without credentials to every endpoint (dcgm-exporter, node_exporter, Prometheus,
+  Alertmanager) gets 401, and a client that trusts another CA fails the handshake;
+- ``status`` is green over TLS, and a second ``up`` changes nothing (the bcrypt hash is kept);
+- the CA key never reaches a host, and the password is in no output of the CLI, no journal and no
+  file others can read;
+- a renewal of every certificate (``gpumon_tls_renew_days`` above the lifetime left) restarts no
+  daemon (exporter-toolkit reads the certificate per connection), the servers present the new
+  certificates, and no target of either replica goes down meanwhile.
+
+At the end the lab is converged back without TLS (the other modules run on plain HTTP).
+While developing, ``GPUMON_TLS_LAB=<name>`` runs it on a lab of that name that is already up.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+
+from deployer.lab import Lab
+from deployer.monitoring.http import ClientTLS, api_data, http_fetch, use_tls
+from deployer.tls import ca
+from tests.integration.labtools import lab_named_by, run_cli, wait_until
+
+pytestmark = pytest.mark.lab
+
+gpumon = functools.partial(run_cli, timeout=900)
+PORTS = {"dcgm": 9400, "node": 9100, "prometheus": 9090, "alertmanager": 9093}
+
+
+@pytest.fixture(scope="module")
+def tlab(request: pytest.FixtureRequest) -> Lab:
+    return lab_named_by("GPUMON_TLS_LAB", request)
+
+
+@pytest.fixture(scope="module")
+def secrets_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("tls")
+    d.chmod(0o700)
+    return d
+
+
+@pytest.fixture(scope="module")
+def tls_vars(secrets_dir: Path) -> list[str]:
+    return ["-e", "gpumon_tls=true", "-e", f"gpumon_tls_dir={secrets_dir / 'ca'}"]
+
+
+@pytest.fixture(scope="module")
+def env(secrets_dir: Path) -> dict[str, str]:
+    return {"GPUMON_SECRETS_DIR": str(secrets_dir / "secrets")}
+
+
+@pytest.fixture(scope="module")
+def outputs() -> list[str]:
+    """Everything the CLI printed in this module (checked for secrets at the end)."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def deployed(tlab: Lab, tls_vars, env, outputs, secrets_dir) -> Iterator[ClientTLS]:
+    proc = gpumon("up", "-i", str(tlab.inventory_path), *tls_vars, env=env)
+    outputs += [proc.stdout, proc.stderr]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    d = secrets_dir / "ca"
+    client = ClientTLS(
+        (d / "ca.crt").read_text(), "gpumon", (d / "basic-auth-password").read_text().strip()
+    )
+    use_tls(client)
+    yield client
+    use_tls(None)
+    if os.environ.get("GPUMON_TLS_LAB"):
+        return
+    back = gpumon("up", "-i", str(tlab.inventory_path), env=env)
+    assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
+
+
+def hosts_in(lab: Lab, group: str) -> list[Any]:
+    return [h for h in lab.hosts if group in h.groups]
+
+
+def replicas(lab: Lab) -> dict[str, str]:
+    return {h.name: f"https://{h.address}:9090" for h in hosts_in(lab, "prometheus")}
+
+
+def endpoints(lab: Lab) -> list[str]:
+    urls = [f"https://{h.address}:{PORTS['node']}/metrics" for h in lab.hosts]
+    urls += [f"https://{h.address}:{PORTS['dcgm']}/metrics" for h in hosts_in(lab, "gpu")]
+    urls += [
+        f"https://{h.address}:{PORTS['prometheus']}/-/ready" for h in hosts_in(lab, "prometheus")
+    ]
+    urls += [
+        f"https://{h.address}:{PORTS['prometheus']}/-/quit" for h in hosts_in(lab, "prometheus")
+    ]
+    urls += [
+        f"https://{h.address}:{PORTS['alertmanager']}/-/reload"
+        for h in hosts_in(lab, "alertmanager")
+    ]
+    return urls
+
+
+def targets_down(url: str) -> tuple[int, list[str]]:
+    """(how many targets, those not up == 1) of one replica."""
+    data, err = api_data(http_fetch, f"{url}/api/v1/targets?state=active")
+    assert err is None, err
+    active = data["activeTargets"]
+    return len(active), [
+        f"{t['scrapeUrl']} {t['health']} {t.get('lastError', '')}"
+        for t in active
+        if t["health"] != "up"
+    ]
+
+
+def expected_targets(lab: Lab) -> int:
+    # dcgm per GPU host, node per host, each replica, each Alertmanager peer (victoriametrics too)
+    n = len(hosts_in(lab, "gpu")) + len(lab.hosts) + len(hosts_in(lab, "prometheus"))
+    n += len(hosts_in(lab, "alertmanager")) + len(hosts_in(lab, "metrics_store"))
+    return n
+
+
+def served_serial(address: str, port: int, ca_pem: str) -> int:
+    ctx = ssl.create_default_context(cadata=ca_pem)
+    ctx.check_hostname = False
+    import socket
+
+    with socket.create_connection((address, port), timeout=5) as raw, ctx.wrap_socket(raw) as s:
+        der = s.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def main_pids(lab: Lab) -> dict[str, str]:
+    units = {"gpu": ["dcgm-exporter", "node_exporter"], "prometheus": ["prometheus"],
+             "alertmanager": ["alertmanager"]}  # fmt: skip
+    out = {}
+    for h in lab.hosts:
+        names = {"node_exporter"} | {u for g, us in units.items() if g in h.groups for u in us}
+        cmd = " ".join(f"systemctl show -p MainPID --value {u}.service;" for u in sorted(names))
+        r = lab.ssh(h.name, cmd)
+        for u, pid in zip(sorted(names), r.stdout.split(), strict=False):
+            out[f"{h.name}/{u}"] = pid
+    return out
+
+
+# ---------------------------------------------------------------- the tests
+
+
+def test_every_target_is_up_on_both_replicas_over_https(tlab, deployed):
+    want = expected_targets(tlab)
+    for host, url in replicas(tlab).items():
+        last: list[Any] = []
+
+        def all_up(url: str = url, last: list[Any] = last) -> bool:
+            total, down = targets_down(url)
+            last[:] = [total, down]
+            return total == want and not down
+
+        try:
+            wait_until(f"every target up on {host}", all_up, 180, every=5)
+        except pytest.fail.Exception:
+            pytest.fail(f"{host}: {last[0]} targets (want {want}), not up: {last[1]}")
+        data, err = api_data(http_fetch, f"{url}/api/v1/targets?state=active")
+        assert err is None
+        assert {t["scrapeUrl"].split(":")[0] for t in data["activeTargets"]} >= {"https"}
+        plain = [t["scrapeUrl"] for t in data["activeTargets"]
+                 if t["scrapeUrl"].startswith("http:") and "8428" not in t["scrapeUrl"]]  # fmt: skip
+        assert plain == []
+
+
+def test_a_request_without_credentials_gets_401_everywhere(tlab, deployed):
+    ctx = ssl.create_default_context(cadata=deployed.ca_pem)
+    answers = {}
+    for url in endpoints(tlab):
+        req = urllib.request.Request(
+            url, method="POST" if url.endswith(("quit", "reload")) else "GET"
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+                answers[url] = resp.status
+        except urllib.error.HTTPError as exc:
+            answers[url] = exc.code
+    assert {u: c for u, c in answers.items() if c != 401} == {}
+
+
+def test_a_client_trusting_another_ca_fails_the_handshake(tlab, deployed, secrets_dir):
+    foreign = ca.ensure_ca(secrets_dir / "foreign")
+    ctx = ssl.create_default_context(cadata=foreign.cert_pem)
+    failed = []
+    for url in endpoints(tlab)[::3]:
+        try:
+            urllib.request.urlopen(url, timeout=10, context=ctx)
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, ssl.SSLCertVerificationError):
+                failed.append(url)
+    assert failed == endpoints(tlab)[::3]
+
+
+def test_status_is_green_over_tls(tlab, deployed, tls_vars, env, outputs):
+    proc = gpumon("status", "-i", str(tlab.inventory_path), *tls_vars, "--wait", "240",
+                  "--output", "json", env=env, timeout=400)  # fmt: skip
+    outputs += [proc.stdout, proc.stderr]
+    data = json.loads(proc.stdout)
+    bad = [f"{c['component']} {c['host']} {c['check']}: {c['detail']}" for c in data["checks"]
+           if not c["ok"]]  # fmt: skip
+    assert proc.returncode == 0 and bad == [], bad
+
+
+def test_a_second_up_changes_nothing(tlab, deployed, tls_vars, env, outputs):
+    proc = gpumon("up", "-i", str(tlab.inventory_path), *tls_vars, "--output", "json", env=env)
+    outputs += [proc.stdout, proc.stderr]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    changed = {h: r["counts"]["changed"] for h, r in report["hosts"].items()}
+    assert set(changed.values()) == {0}, changed
+
+
+def test_a_renewal_of_every_certificate_restarts_nothing_and_leaves_no_gap(
+    tlab, deployed, tls_vars, env, outputs
+):
+    before_pids = main_pids(tlab)
+    prom = hosts_in(tlab, "prometheus")[0]
+    gpu = hosts_in(tlab, "gpu")[0]
+    before = (served_serial(prom.address, 9090, deployed.ca_pem),
+              served_serial(gpu.address, 9400, deployed.ca_pem))  # fmt: skip
+    gaps: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for host, url in replicas(tlab).items():
+                _, down = targets_down(url)
+                gaps.extend(f"{host}: {d}" for d in down)
+            stop.wait(3)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        proc = gpumon("up", "-i", str(tlab.inventory_path), *tls_vars,
+                      "-e", "gpumon_tls_cert_days=398", "-e", "gpumon_tls_renew_days=397",
+                      env=env)  # fmt: skip
+        outputs += [proc.stdout, proc.stderr]
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        time.sleep(20)  # more than one scrape interval (15 s) after the last file changed
+    finally:
+        stop.set()
+        watcher.join(30)
+    after = (served_serial(prom.address, 9090, deployed.ca_pem),
+             served_serial(gpu.address, 9400, deployed.ca_pem))  # fmt: skip
+    assert after[0] != before[0] and after[1] != before[1], "the new certificates are served"
+    assert main_pids(tlab) == before_pids, "no daemon restarted"
+    assert gaps == []
+
+
+def test_no_secret_reaches_an_output_a_journal_or_a_readable_file(
+    tlab, deployed, secrets_dir, outputs
+):
+    password = deployed.password
+    ca_key = (secrets_dir / "ca" / "ca.key").read_text()
+    key_line = ca_key.splitlines()[1]  # the key's first base64 line
+    assert (secrets_dir / "ca" / "ca.key").stat().st_mode & 0o077 == 0
+    assert [o for o in outputs if password in o or key_line in o] == []
+    found = {}
+    for h in tlab.hosts:
+        r = tlab.ssh(
+            h.name,
+            "journalctl --no-pager -q 2>/dev/null | grep -cF -f /dev/stdin;"
+            " find /etc /var/log /run /tmp /var/lib/gpumon -xdev -type f -perm -o=r 2>/dev/null"
+            " | xargs -r grep -lF -f /dev/stdin 2>/dev/null; true",
+            input=password + "\n",
+            timeout=120,
+        )
+        k = tlab.ssh(h.name, "grep -rlF -f /dev/stdin /etc /root /var/lib /tmp 2>/dev/null; true",
+                     input=key_line + "\n", timeout=120)  # fmt: skip
+        lines = [ln for ln in r.stdout.split() if ln != "0"] + k.stdout.split()
+        if lines:
+            found[h.name] = lines
+    assert found == {}
