@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     limits = dict(PEER_MAX_HOSTS)
     limits["ansible"] = args.ansible_max
     limits["pyinfra"] = args.pyinfra_max
-    light = LightFleet(args.fleet)
+    light = LightFleet(args.fleet, args.subnet)
     host_machine = machine()
     samples: list[Sample] = []
     skipped: dict[str, list[int]] = {}
@@ -166,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ansible-max", type=int, default=PEER_MAX_HOSTS["ansible"])
     parser.add_argument("--pyinfra-max", type=int, default=PEER_MAX_HOSTS["pyinfra"])
     parser.add_argument("--fleet", default="bench", help="light fleet name")
+    parser.add_argument(
+        "--subnet", default="10.214.0.0/22", help="the light fleet's subnet (one per fleet)"
+    )
     parser.add_argument("--workdir", default="/var/cache/gpumon-bench")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
