@@ -167,3 +167,56 @@ def test_missing_libraries_reads_ldd_not_found_lines(tmp_path, monkeypatch):
         light.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, out, "")
     )
     assert light.missing_libraries(tmp_path / "sshd") == ["libwrap.so.0"]
+
+
+def test_scale_verdicts_judge_the_200_host_ratios_to_mitogen_and_pyinfra():
+    from bench.scale import verdicts
+
+    result = {
+        "summaries": [
+            _summary("gpumon", "noop@200", 6.0, 69.0),
+            _summary("mitogen", "noop@200", 90.0, 80.0),
+            _summary("gpumon", "cold@200", 16.0, 69.0),
+            _summary("mitogen", "cold@200", 32.0, 80.0),
+            _summary("pyinfra", "cold@200", 40.0, 83.0),
+        ]
+    }
+    assert verdicts(result)[1:4] == [
+        "200 hosts noop: 15.0x faster than mitogen (target >= 12x: met)",
+        "200 hosts cold: 2.0x faster than mitogen (target >= 2.5x: MISSED)",
+        "200 hosts cold: 2.5x faster than pyinfra (target >= 2x: met)",
+    ]
+
+
+def test_mitogen_runs_ansibles_configuration_with_the_mitogen_linear_strategy(
+    tmp_path, monkeypatch
+):
+    from bench import tools
+
+    strategy = tmp_path / "ansible_mitogen/plugins/strategy"
+    strategy.mkdir(parents=True)
+    monkeypatch.setattr(tools, "mitogen_strategy_dir", lambda: strategy)
+    fleet = tools.Fleet((tools.Target("h1", "10.0.0.1"),), tmp_path / "key", tmp_path / "kh")
+    cfg = tools.write_mitogen_cfg(fleet, tmp_path).read_text()
+    plain = tools.write_ansible_cfg(fleet, tmp_path).read_text()
+    assert f"strategy_plugins = {strategy}\nstrategy = mitogen_linear\n" in cfg
+    assert cfg.replace(f"strategy_plugins = {strategy}\nstrategy = mitogen_linear\n", "") == plain
+
+
+def test_converge_judges_cold_runs_against_mitogen_and_pyinfra():
+    from bench.converge import render
+
+    summaries = [
+        {"tool": t, "scenario": sc, "median_wall_s": w, "median_cpu_s": 0.1,
+         "median_peak_rss_mib": 50.0, "runs": 1}
+        for t, sc, w in (("gpumon", "cold", 3.0), ("mitogen", "cold", 6.0),
+                         ("pyinfra", "cold", 6.3))
+    ]  # fmt: skip
+    result = {
+        "summaries": summaries,
+        "ratios": {"noop": {}, "cold": {"mitogen": 2.0, "pyinfra": 2.1}},
+        "suspect_runs": [],
+    }
+    text = render(result)
+    assert "cold: gpumon-deploy is 2.0x faster than mitogen (target >= 2.5x: MISSED)" in text
+    assert "cold: gpumon-deploy is 2.1x faster than pyinfra (target >= 2x: met)" in text
