@@ -476,7 +476,13 @@ class Prepared:
 
 
 def _tail(got: Outcome) -> str:
-    text = (got.stderr.strip() or got.stdout.strip()).splitlines()
+    # Ansible says why a host failed on stdout (its stderr is warnings): those lines first.
+    why = [
+        line
+        for line in got.stdout.splitlines()
+        if line.startswith(("fatal:", "ERROR!", "[ERROR]")) or "UNREACHABLE!" in line
+    ]
+    text = why or (got.stderr.strip() or got.stdout.strip()).splitlines()
     return "\n".join(text[-6:])[-600:]
 
 
