@@ -22,7 +22,7 @@ from typing import Any
 
 from deployer import inventory as inv
 from deployer import memory, owed
-from deployer.connection import ConnectionPool, SSHConnection, SSHTarget
+from deployer.connection import CommandResult, ConnectionPool, SSHConnection, SSHTarget
 from deployer.errors import HostUnreachable, InputError
 from deployer.executor import DEFAULT_FORKS, Events, Executor, NoEvents
 from deployer.facts import FACTS_SCRIPT, HostFacts, gather, parse_facts
@@ -66,6 +66,14 @@ def ssh_target(spec: Any) -> SSHTarget:
         known_hosts_file=spec.known_hosts_file,
         host_key_policy=spec.host_key_policy,
     )
+
+
+def gather_with_reads(
+    conn: Any, scripts: list[str]
+) -> tuple[HostFacts, list[CommandResult | None]]:
+    """The host's facts and the results of read-only ``scripts``, in one round trip."""
+    result, out = run_then_read(conn, FACTS_SCRIPT, scripts)
+    return parse_facts(conn.name, result), out
 
 
 def validation_facts(host: str) -> HostFacts:
@@ -268,8 +276,7 @@ class DeploySession:
                 if not record and not reads:
                     found = gather(conn)
                 else:
-                    result, out = run_then_read(conn, FACTS_SCRIPT, record + reads)
-                    found = parse_facts(host, result)
+                    found, out = gather_with_reads(conn, record + reads)
                     if record:
                         got = out[0] or conn.run(driver_record.READ_COMMAND, timeout=60)
                         self.driver_records[host] = driver_record.parse(got.stdout)
