@@ -86,6 +86,11 @@ def inventory_yaml(n: int) -> str:
     return "\n".join(out) + "\n"
 
 
+def targets_in(text: str) -> int:
+    """How many target groups a targets file holds (file_sd.render: one group per line)."""
+    return max(text.count("\n") - 2, 0)
+
+
 def _rss_mib() -> tuple[float, float]:
     """(current RSS, peak RSS) of this process in MiB."""
     now = peak = 0.0
@@ -155,8 +160,9 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     t = start()
     prom_play = Play(name="prometheus", hosts="prometheus", roles=("prometheus",))
     prom_vars = planner.host_vars("prom01", prom_play, context)
-    groups = file_sd.file_sd_targets(prom_vars)
-    rendered = {job: file_sd.render(g) for job, g in groups.items()}
+    # As the prometheus role writes them (its file_sd.json.j2 calls targets_file): one job's
+    # target groups at a time, each file's text kept.
+    rendered = {job: file_sd.targets_file(prom_vars, job) for job in file_sd.JOBS}
     stage("file_sd_generation", t)
 
     # The replicas' remote_write section: queue sized from every target (deployer/monitoring/remote_write.py).
@@ -171,7 +177,7 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
         "hosts": len(hosts),
         "gpu_hosts": len(gpu),
         "refusals": len(refused),
-        "file_sd_targets": {job: len(g) for job, g in groups.items()},
+        "file_sd_targets": {job: targets_in(text) for job, text in rendered.items()},
         "file_sd_bytes": sum(len(t) for t in rendered.values()),
         "remote_write_queue": queue,
         "inventory_bytes": path.stat().st_size,

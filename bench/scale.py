@@ -26,7 +26,10 @@ TARGET_PER_HOST_MIB = 1.0  # controller memory growing under 1 MB per host
 
 # Peers beyond these sizes take minutes per run on a 2-core machine (the hosts' side runs on the
 # same cores): the defaults stop them there and the result says so.
-PEER_MAX_HOSTS = {"ansible": 10, "pyinfra": 200, "gpumon": 1000, "floor": 1000}
+PEER_MAX_HOSTS = {"ansible": 10, "mitogen": 50, "pyinfra": 200, "gpumon": 1000, "floor": 1000}
+# Issue 20: at 3 (bench.converge) and 200 hosts, no-op >= 12x and cold >= 2.5x faster than
+# Ansible with Mitogen, cold >= 2x faster than pyinfra.
+TARGET_RATIOS_200 = {("noop", "mitogen"): 12.0, ("cold", "mitogen"): 2.5, ("cold", "pyinfra"): 2.0}
 
 
 def fleet_of(light: Any, n: int) -> Fleet:
@@ -45,8 +48,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     tools = available([t for t in args.tools.split(",") if t])
     limits = dict(PEER_MAX_HOSTS)
     limits["ansible"] = args.ansible_max
+    limits["mitogen"] = args.mitogen_max
     limits["pyinfra"] = args.pyinfra_max
-    light = LightFleet(args.fleet)
+    light = LightFleet(args.fleet, args.subnet)
     host_machine = machine()
     samples: list[Sample] = []
     skipped: dict[str, list[int]] = {}
@@ -128,6 +132,18 @@ def verdicts(result: dict[str, Any]) -> list[str]:
         wall = at_200[0]["median_wall_s"]
         met = "met" if wall < TARGET_200_HOSTS_S else "MISSED"
         lines.append(f"200 hosts no-op: {wall:.2f} s (target < {TARGET_200_HOSTS_S:.0f} s: {met})")
+    for (scenario, peer), target in TARGET_RATIOS_200.items():
+        walls = {
+            s["tool"]: s["median_wall_s"]
+            for s in result["summaries"]
+            if s["scenario"] == f"{scenario}@200" and s["tool"] in ("gpumon", peer)
+        }
+        if len(walls) == 2 and walls["gpumon"] > 0:
+            r = walls[peer] / walls["gpumon"]
+            met = "met" if r >= target else "MISSED"
+            lines.append(
+                f"200 hosts {scenario}: {r:.1f}x faster than {peer} (target >= {target:g}x: {met})"
+            )
     per_host = growth(result, "gpumon", "median_peak_rss_mib")
     if per_host is not None:
         met = "met" if per_host < TARGET_PER_HOST_MIB else "MISSED"
@@ -140,7 +156,7 @@ def verdicts(result: dict[str, Any]) -> list[str]:
 
 def render(result: dict[str, Any]) -> str:
     lines = [summary_table(result["summaries"]), ""]
-    for tool in ("gpumon", "ansible", "pyinfra"):
+    for tool in ("gpumon", "ansible", "mitogen", "pyinfra"):
         per_host_mib = growth(result, tool, "median_peak_rss_mib")
         per_host_s = growth(result, tool, "median_wall_s")
         if per_host_mib is not None and per_host_s is not None:
@@ -162,10 +178,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sizes", default="1,10,50,200")
     parser.add_argument("--runs", type=int, default=3, help="no-op runs per tool and size")
-    parser.add_argument("--tools", default="gpumon,ansible,pyinfra,floor")
+    parser.add_argument("--tools", default="gpumon,ansible,mitogen,pyinfra,floor")
     parser.add_argument("--ansible-max", type=int, default=PEER_MAX_HOSTS["ansible"])
+    parser.add_argument("--mitogen-max", type=int, default=PEER_MAX_HOSTS["mitogen"])
     parser.add_argument("--pyinfra-max", type=int, default=PEER_MAX_HOSTS["pyinfra"])
     parser.add_argument("--fleet", default="bench", help="light fleet name")
+    parser.add_argument(
+        "--subnet", default="10.214.0.0/22", help="the light fleet's subnet (one per fleet)"
+    )
     parser.add_argument("--workdir", default="/var/cache/gpumon-bench")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)

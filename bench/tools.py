@@ -235,6 +235,31 @@ def write_inventory(fleet: Fleet, path: Path) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
+def mitogen_strategy_dir() -> Path | None:
+    """Mitogen for Ansible's strategy plugins in the peers' virtualenv (None: not installed)."""
+    found = sorted(PEERS_VENV.glob("lib/python3*/site-packages/ansible_mitogen/plugins/strategy"))
+    return found[-1] if found else None
+
+
+def write_mitogen_cfg(fleet: Fleet, workdir: Path) -> Path:
+    """Ansible with Mitogen as its documentation configures it (``strategy_plugins`` pointing
+    at ansible_mitogen's, ``strategy = mitogen_linear``), on top of the same configuration as
+    plain ansible-core (forks, host key checking, the SSH options)."""
+    plain = write_ansible_cfg(fleet, workdir).read_text()
+    strategy = mitogen_strategy_dir()
+    if strategy is None:
+        raise RuntimeError(f"mitogen is not installed in {PEERS_VENV} (scripts/setup-bench)")
+    cfg = workdir / "ansible-mitogen.cfg"
+    cfg.write_text(
+        plain.replace(
+            "[defaults]\n",
+            f"[defaults]\nstrategy_plugins = {strategy}\nstrategy = mitogen_linear\n",
+            1,
+        )
+    )
+    return cfg
+
+
 def write_ansible_cfg(fleet: Fleet, workdir: Path) -> Path:
     """Ansible as its users configure it for speed: pipelining, forks >= hosts, no fact
     gathering, SSH ControlPersist (its default); host key checking on."""
@@ -293,6 +318,7 @@ class Prepared:
     inventory: Path = field(init=False)
     gpumon_vars: Path = field(init=False)
     ansible_cfg: Path = field(init=False)
+    mitogen_cfg: Path | None = field(init=False)
     pyinfra_inventory: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -303,6 +329,9 @@ class Prepared:
         self.gpumon_vars.write_text(yaml.safe_dump(self.workload.gpumon_extra or {"bench": 1}))
         os.chmod(self.gpumon_vars, 0o600)
         self.ansible_cfg = write_ansible_cfg(self.fleet, self.workdir)
+        self.mitogen_cfg = (
+            write_mitogen_cfg(self.fleet, self.workdir) if mitogen_strategy_dir() else None
+        )
         self.pyinfra_inventory = self.workdir / "pyinfra_inventory.py"
         write_pyinfra_inventory(self.fleet, self.pyinfra_inventory)
 
@@ -343,8 +372,12 @@ class Prepared:
                 "json",
             ]
             return argv, env, None, gpumon_changed
-        if tool == "ansible":
-            env["ANSIBLE_CONFIG"] = str(self.ansible_cfg)
+        if tool in ("ansible", "mitogen"):
+            # The same playbook and configuration; Mitogen's adds its strategy.
+            cfg = self.mitogen_cfg if tool == "mitogen" else self.ansible_cfg
+            if cfg is None:
+                raise RuntimeError(f"mitogen is not installed in {PEERS_VENV}")
+            env["ANSIBLE_CONFIG"] = str(cfg)
             env["ANSIBLE_NOCOLOR"] = "1"
             argv = [
                 str(PEERS_VENV / "bin" / "ansible-playbook"),
@@ -443,7 +476,13 @@ class Prepared:
 
 
 def _tail(got: Outcome) -> str:
-    text = (got.stderr.strip() or got.stdout.strip()).splitlines()
+    # Ansible says why a host failed on stdout (its stderr is warnings): those lines first.
+    why = [
+        line
+        for line in got.stdout.splitlines()
+        if line.startswith(("fatal:", "ERROR!", "[ERROR]")) or "UNREACHABLE!" in line
+    ]
+    text = why or (got.stderr.strip() or got.stdout.strip()).splitlines()
     return "\n".join(text[-6:])[-600:]
 
 
@@ -454,4 +493,9 @@ def available(tools: Sequence[str]) -> list[str]:
         "ansible": PEERS_VENV / "bin" / "ansible-playbook",
         "pyinfra": PEERS_VENV / "bin" / "pyinfra",
     }
-    return [t for t in tools if t == "floor" or exe[t].exists()]
+    return [
+        t
+        for t in tools
+        if t == "floor"
+        or (mitogen_strategy_dir() is not None if t == "mitogen" else exe[t].exists())
+    ]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from deployer import owed
@@ -33,10 +33,12 @@ from deployer.hostsession import (
     Connector,
     HostState,
     PlayReads,
+    Prefetched,
     ReadSession,
     WriteSession,
     batch_read,
     batch_run,
+    first_read_scripts,
 )
 from deployer.modules.base import ContentDiff, Observation, q, run_checked
 from deployer.modules.wait_for import tls_client_opts
@@ -91,6 +93,8 @@ class Executor:
     owed_dir: str | None = None
     # Take a service with HA peers down even when a peer does not serve (--allow-ha-degraded).
     allow_ha_degraded: bool = False
+    # Hosts' first batched reads already taken (with their facts): hostsession.Prefetched.
+    prefetched: dict[str, Prefetched] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._hosts: dict[str, HostState] = {}
@@ -166,12 +170,17 @@ class Executor:
         # read that verifies it also reads the next task; a task with no current read gets one
         # batched with the tasks after it (see REREAD_BATCH).
         reads = PlayReads(hp.tasks)
-        positions = [i for i, t in enumerate(hp.tasks) if not t.flush_handlers]
-        scripts = [hp.tasks[i].module.read_script(hp.tasks[i].args) for i in positions]
+        positions, scripts = first_read_scripts(hp, self._owed_dir)
         first_on_host = state.owed is None
-        if first_on_host:
-            scripts.insert(0, owed.read_script(self._owed_dir))
-        results = batch_run(state.conn(), scripts)
+        if not first_on_host:
+            scripts.pop(0)  # the owed handlers are read once per run
+        # The same first read taken with the host's facts (one round trip fewer; the session's
+        # converge), used once and only when it read exactly these scripts.
+        pre = self.prefetched.pop(state.name, None) if first_on_host else None
+        if pre is not None and pre.scripts == tuple(scripts):
+            results = list(pre.results)
+        else:
+            results = batch_run(state.conn(), scripts)
         if first_on_host:
             raw = results.pop(0) or state.conn().run(owed.read_script(self._owed_dir))
             state.owed = owed.parse(raw.stdout) if raw.rc == 0 else {}

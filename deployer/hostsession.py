@@ -12,11 +12,12 @@ from __future__ import annotations
 import secrets as pyrandom
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from deployer import owed
 from deployer.connection import CommandResult, Connection
 from deployer.errors import HostUnreachable
-from deployer.plan import PlannedTask
+from deployer.plan import HostPlay, PlannedTask
 
 Connector = Callable[[str], Connection]
 
@@ -139,6 +140,45 @@ def batch_run(conn: Connection, scripts: list[str]) -> list[CommandResult | None
     token = pyrandom.token_hex(8)
     result = conn.run(_batch_script(scripts, token))
     return _split_batch(result.stdout, scripts, token)
+
+
+def run_then_read(
+    conn: Connection, command: str, scripts: list[str]
+) -> tuple[CommandResult, list[CommandResult | None]]:
+    """``command`` (in a subshell: the reads see the shell as a fresh one) then read-only
+    ``scripts``, in one round trip: ``command``'s result, and the scripts' split per script
+    (None: not found). The facts command and the first play's reads share a round trip so."""
+    token = pyrandom.token_hex(8)
+    marker = f"\n@@{token} first "
+    result = conn.run(
+        f"( {command}\n)\nprintf '\\n@@{token} first %d@@\\n' $?\n" + _batch_script(scripts, token)
+    )
+    pos = result.stdout.rfind(marker)
+    end = result.stdout.find("@@\n", pos + len(marker)) if pos >= 0 else -1
+    if end < 0:  # the shell did not get that far: no read is current
+        return CommandResult(command, result.rc, result.stdout, result.stderr), [None] * len(
+            scripts
+        )
+    rc = int(result.stdout[pos + len(marker) : end])
+    first = CommandResult(command, rc, result.stdout[:pos], result.stderr)
+    return first, _split_batch(result.stdout[end + 3 :], scripts, token)
+
+
+def first_read_scripts(hp: HostPlay, owed_dir: str) -> tuple[list[int], list[str]]:
+    """The first batched read of a host in a run, for play ``hp``: the host's owed handlers,
+    then every module task's read script; with the tasks' positions in the play."""
+    positions = [i for i, t in enumerate(hp.tasks) if not t.flush_handlers]
+    scripts = [hp.tasks[i].module.read_script(hp.tasks[i].args) for i in positions]
+    return positions, [owed.read_script(owed_dir), *scripts]
+
+
+@dataclass(frozen=True)
+class Prefetched:
+    """A host's first batched read taken before the executor ran (with its facts): used by the
+    executor instead of its own first read only when its scripts are exactly these."""
+
+    scripts: tuple[str, ...]
+    results: tuple[CommandResult | None, ...]
 
 
 def _batch_script(scripts: list[str], token: str) -> str:

@@ -104,7 +104,10 @@ class LazyHostVars(Mapping[str, Any]):
     ) -> None:
         self._inventory = inventory
         self._defaults = defaults
-        self._overrides = overrides
+        # The entry's own inventory_hostname and hostvars win over the run's overrides.
+        self._overrides = {
+            k: v for k, v in overrides.items() if k not in ("inventory_hostname", "hostvars")
+        }
         self._renderer = renderer
         self._cache: dict[str, TemplatedVars] = {}
 
@@ -112,9 +115,10 @@ class LazyHostVars(Mapping[str, Any]):
         if name not in self._cache:
             if name not in self._inventory.hosts:
                 raise KeyError(name)
-            v = resolve(self._inventory, name, self._defaults, self._overrides)
-            v["inventory_hostname"] = name
-            v["hostvars"] = self
+            # The layers as ``resolve`` merges them, the entry's own on top, not copied: a
+            # targets file reads a few variables of every host (merged copies of 100,003 hosts'
+            # variables were half the memory of planning them).
+            v = self._inventory.layered_vars(name, self._defaults, self._overrides, self)
             self._cache[name] = TemplatedVars(v, self._renderer, source=f"variables of {name}")
         return self._cache[name]
 

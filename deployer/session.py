@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from deployer import inventory as inv
-from deployer import memory
-from deployer.connection import ConnectionPool, SSHConnection, SSHTarget
+from deployer import memory, owed
+from deployer.connection import CommandResult, ConnectionPool, SSHConnection, SSHTarget
 from deployer.errors import HostUnreachable, InputError
 from deployer.executor import DEFAULT_FORKS, Events, Executor, NoEvents
-from deployer.facts import HostFacts, gather
+from deployer.facts import FACTS_SCRIPT, HostFacts, gather, parse_facts
 from deployer.gpu import driver_record, gpu_plan, preflight
 from deployer.hostpattern import NoHostsMatched, select, split_patterns
+from deployer.hostsession import Prefetched, first_read_scripts, run_then_read
 from deployer.plan import EMPTY, HostPlan, Planner
 from deployer.report import ConsoleReporter, write_json
 from deployer.results import RunReport
@@ -67,6 +68,14 @@ def ssh_target(spec: Any) -> SSHTarget:
     )
 
 
+def gather_with_reads(
+    conn: Any, scripts: list[str]
+) -> tuple[HostFacts, list[CommandResult | None]]:
+    """The host's facts and the results of read-only ``scripts``, in one round trip."""
+    result, out = run_then_read(conn, FACTS_SCRIPT, scripts)
+    return parse_facts(conn.name, result), out
+
+
 def validation_facts(host: str) -> HostFacts:
     """Stand-in facts for checking templates before any connection; the plan that runs is built
     again from the host's real facts."""
@@ -96,6 +105,8 @@ class DeploySession:
         self.planner: Planner | None = None
         self.pool = ConnectionPool(self.open_connection)
         self.facts: dict[str, HostFacts] = {}
+        # Hosts' first batched reads, taken with their facts (gather_facts), for the executor.
+        self.prefetched: dict[str, Prefetched] = {}
         # what upgrade-driver recorded on each GPU host (read with the facts; None: nothing)
         self.driver_records: dict[str, driver_record.DriverRecord | None] = {}
         self.unreachable: dict[str, str] = {}
@@ -252,18 +263,34 @@ class DeploySession:
                 plans.append(planner.plan_host(h, per_host[h], context, overrides))
         return plans
 
-    def gather_facts(self, hosts: list[str], forks: int = DEFAULT_FORKS) -> dict[str, HostFacts]:
-        """Facts of ``hosts`` in parallel over the pooled connections; unreachable hosts noted."""
+    def gather_facts(
+        self,
+        hosts: list[str],
+        forks: int = DEFAULT_FORKS,
+        first_reads: Mapping[str, list[str]] = EMPTY,
+    ) -> dict[str, HostFacts]:
+        """Facts of ``hosts`` in parallel over the pooled connections; unreachable hosts noted.
+
+        One round trip per host: the facts script, then (on GPU hosts) the upgrade record, then
+        the host's ``first_reads`` (its first play's batched read, :meth:`first_reads`), kept in
+        ``self.prefetched`` for the executor."""
 
         gpu = set(preflight.gpu_hosts(self.inventory, hosts))
 
         def one(host: str) -> tuple[str, HostFacts | None, str | None]:
             try:
                 conn = self.pool.get(host)
-                found = gather(conn)
-                if host in gpu:
-                    text = conn.run(driver_record.READ_COMMAND, timeout=60).stdout
-                    self.driver_records[host] = driver_record.parse(text)
+                record = [driver_record.READ_COMMAND] if host in gpu else []
+                reads = list(first_reads.get(host, ()))
+                if not record and not reads:
+                    found = gather(conn)
+                else:
+                    found, out = gather_with_reads(conn, record + reads)
+                    if record:
+                        got = out[0] or conn.run(driver_record.READ_COMMAND, timeout=60)
+                        self.driver_records[host] = driver_record.parse(got.stdout)
+                    if reads:
+                        self.prefetched[host] = Prefetched(tuple(reads), tuple(out[len(record) :]))
                 return host, found, None
             except HostUnreachable as exc:
                 return host, None, str(exc)
@@ -406,7 +433,7 @@ class DeploySession:
         """``up``: the preflight (refused: nothing written), then every selected host converged,
         reported on the console (and as JSON)."""
         try:
-            self.gather_facts([p.host for p in self.plans], forks)
+            self.gather_facts([p.host for p in self.plans], forks, self.first_reads())
             self.gather_sizing_facts(forks)
             refused = self.preflight(offline=False, forks=forks, out_of_service=out_of_service)
             if refused:
@@ -425,6 +452,7 @@ class DeploySession:
                 forks=forks,
                 events=reporter,
                 allow_ha_degraded=allow_ha_degraded,
+                prefetched=self.prefetched,
             )
             with reporter:
                 report = executor.run(self.plans, self.plays, unreachable=self.unreachable)
@@ -434,6 +462,21 @@ class DeploySession:
             return report
         finally:
             self.pool.close_all()
+
+    def first_reads(self) -> dict[str, list[str]]:
+        """Each planned host's first batched read, as the executor will send it (owed handlers,
+        then every read script of the host's first play), from the plan built before connecting:
+        sent with the facts, and used by the executor only where the plan built with the facts
+        reads exactly the same. Only for the run's first play, and not a serial one: its hosts'
+        reads are taken before any host of the run changes anything, as they would be anyway."""
+        if not self.plays or self.plays[0].serial:
+            return {}
+        first = self.plays[0]
+        return {
+            p.host: first_read_scripts(p.plays[0], owed.OWED_DIR)[1]
+            for p in self.plans
+            if p.plays and p.plays[0].play is first
+        }
 
     def converge_hosts(
         self,

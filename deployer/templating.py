@@ -465,6 +465,8 @@ def _read_by(source: str | None, line: int | None, key: str) -> str:
     if source is None or source.startswith("variables of"):
         return f"the value of {key}"
     return f"{shown_path(source)}{f':{line}' if line is not None else ''} ({key})"
+_MISSING = object()
+_PLAIN = frozenset({int, float, bool, type(None)})
 
 
 def _shown(value: str, key: str) -> str:
@@ -499,6 +501,9 @@ class TemplatedVars(Mapping[str, Any]):
     variables), rendered on first use, as Ansible does; a variable that refers to itself is an
     error rather than a hang."""
 
+    # A run keeps one per host it reads ``hostvars`` of (every host, for a targets file).
+    __slots__ = ("_cache", "_raw", "_renderer", "_resolving", "_source")
+
     def __init__(
         self, raw: Mapping[str, Any], renderer: Renderer, source: str = "variables"
     ) -> None:
@@ -506,18 +511,26 @@ class TemplatedVars(Mapping[str, Any]):
         self._renderer = renderer
         self._source = source
         self._cache: dict[str, Any] = {}
-        self._resolving: set[str] = set()
+        self._resolving: set[str] | None = None  # made when a template is first rendered
 
     def __getitem__(self, key: str) -> Any:
         if key in self._cache:
             return self._cache[key]
-        value = self._raw[key]
+        return self._resolved(key, self._raw[key])
+
+    def _resolved(self, key: str, value: Any) -> Any:
+        """``value`` (the raw variable ``key``) rendered, and remembered."""
+        kind = type(value)
+        if (kind is str and "{{" not in value and "{%" not in value) or kind in _PLAIN:
+            return value  # nothing to render (the common case, checked first), nothing kept
         if getattr(value, "renders_itself", False):
             pass  # hostvars: each host's variables render in that host's own scope
         elif isinstance(value, Mapping) and not isinstance(value, dict):
             # groups and other lazy mappings: render entry by entry when used (RenderedOnUse).
             value = RenderedOnUse(value, self, self._renderer, self._source, key)
         elif _has_template(value):
+            if self._resolving is None:
+                self._resolving = set()
             if key in self._resolving:
                 raise jinja2.UndefinedError(f"variable {key!r} refers to itself")
             self._resolving.add(key)
@@ -527,6 +540,14 @@ class TemplatedVars(Mapping[str, Any]):
                 self._resolving.discard(key)
         self._cache[key] = value
         return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self._cache:
+            return self._cache[key]
+        value = self._raw.get(key, _MISSING)  # no KeyError raised and caught per missing name
+        if value is _MISSING:
+            return default
+        return self._resolved(key, value)
 
     def sibling(self, raw: Mapping[str, Any], source: str) -> TemplatedVars:
         """Other variables rendered as these are (the same renderer): another role's variables

@@ -16,6 +16,7 @@ from deployer.secrets import SecretValues, mask, secret_values_in
 
 # Where a value came from: (file or "-e", line or None).
 Origin = tuple[str, int | None]
+EMPTY_VARS: Mapping[str, Any] = MappingProxyType({})
 
 
 def fmt_origin(origin: Origin) -> str:
@@ -78,6 +79,99 @@ class Host:
     def group_names(self) -> list[str]:
         """Ansible's ``group_names``: the host's groups except ``all``, sorted."""
         return sorted(g for g in self.groups if g != "all")
+
+
+_MISSING = object()
+
+
+class LayeredVars(Mapping[str, Any]):
+    """Variables merged from layers (highest first) without copying them: what
+    ``{**lowest, ..., **highest}`` holds, looked up layer by layer. Iteration gives the merged
+    dict's order. Read-only; the layers are not copied, so they must not change while in use."""
+
+    __slots__ = ("_layers",)
+
+    def __init__(self, *layers: Mapping[str, Any]) -> None:
+        self._layers = layers
+
+    def __getitem__(self, key: str) -> Any:
+        for layer in self._layers:
+            value = layer.get(key, _MISSING)
+            if value is not _MISSING:
+                return value
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        for layer in self._layers:
+            value = layer.get(key, _MISSING)
+            if value is not _MISSING:
+                return value
+        return default
+
+    def __contains__(self, key: object) -> bool:
+        for layer in self._layers:  # noqa: SIM110 - a loop, not any() over a generator: faster
+            if key in layer:
+                return True
+        return False
+
+    def _keys(self) -> dict[str, None]:
+        keys: dict[str, None] = {}
+        for layer in reversed(self._layers):
+            keys.update(dict.fromkeys(layer))
+        return keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+
+_MAGIC_KEYS = frozenset(
+    ("inventory_hostname", "inventory_hostname_short", "group_names", "groups", "hostvars")
+)
+
+
+class MagicVars(Mapping[str, Any]):
+    """:meth:`Inventory.magic_vars` of one host as a view (nothing copied until asked)."""
+
+    __slots__ = ("_groups", "_host", "_hostvars")
+    KEYS = ("inventory_hostname", "inventory_hostname_short", "group_names", "groups", "hostvars")
+
+    def __init__(self, host: Host, groups: Mapping[str, Any], hostvars: Mapping[str, Any]) -> None:
+        self._host = host
+        self._groups = groups
+        self._hostvars = hostvars
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key not in _MAGIC_KEYS:
+            return default
+        if key == "inventory_hostname":
+            return self._host.name
+        if key == "hostvars":
+            return self._hostvars
+        if key == "groups":
+            return self._groups
+        if key == "group_names":
+            return self._host.group_names
+        if key == "inventory_hostname_short":
+            return self._host.name.split(".")[0]
+        return default
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.KEYS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.KEYS)
+
+    def __len__(self) -> int:
+        return len(self.KEYS)
 
 
 class Inventory:
@@ -157,13 +251,33 @@ class Inventory:
         defaults are registered for masking."""
         h = host if isinstance(host, Host) else self.host(host)
         defaults = dict(role_defaults or {})
+        self._scan_defaults(role_defaults)
+        return {**defaults, **h.vars, **self.magic_vars(h)}
+
+    def layered_vars(
+        self,
+        host: Host | str,
+        role_defaults: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, Any] = EMPTY_VARS,
+        hostvars: Mapping[str, Any] | None = None,
+    ) -> LayeredVars:
+        """What :meth:`resolve_vars` returns, updated with ``overrides`` and with ``hostvars``
+        (when given) as the magic ``hostvars``, as a read-only view over the layers instead of a
+        new dict: for the many hosts a run only reads (``hostvars`` of every host, for a
+        targets file), so that no host's defaults and variables are copied."""
+        h = host if isinstance(host, Host) else self.host(host)
+        self._scan_defaults(role_defaults)
+        magic = MagicVars(h, self._groups_view, self._hostvars if hostvars is None else hostvars)
+        layers = (magic, h.vars, role_defaults or EMPTY_VARS)
+        return LayeredVars(overrides, *layers) if overrides else LayeredVars(*layers)
+
+    def _scan_defaults(self, role_defaults: Mapping[str, Any] | None) -> None:
         # One defaults mapping serves every host of a play: scan it for secrets once (scanning
         # it per host was most of the time of resolving 100,000 hosts' variables).
         if role_defaults is not None and self._scanned.get(id(role_defaults)) is not role_defaults:
-            for value in secret_values_in(defaults):
+            for value in secret_values_in(dict(role_defaults)):
                 self.secrets.add(value)
             self._scanned[id(role_defaults)] = role_defaults
-        return {**defaults, **h.vars, **self.magic_vars(h)}
 
     # -- display
 

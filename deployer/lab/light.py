@@ -35,7 +35,11 @@ from deployer.lab.paths import cache_root, state_root
 DEFAULT_SUBNET = "10.214.0.0/22"
 MAX_HOSTS = 1000
 READY_TIMEOUT_S = 60.0
+PRIVSEP_DIR = Path("/run/sshd")  # sshd's privilege separation directory (empty)
 SSHD_PACKAGES = ("openssh-server", "openssh-sftp-server")
+# Libraries Debian 12's sshd links that a machine without openssh-server may lack, and the
+# package that has each (scripts/setup installs them).
+SSHD_LIBRARY_PACKAGES = {"libwrap.so.0": "libwrap0"}
 
 
 class LightError(RuntimeError):
@@ -73,6 +77,28 @@ def ensure_sshd() -> tuple[Path, Path]:
     if not sshd.is_file() or not sftp.is_file():
         raise LightError(f"sshd or sftp-server missing after unpacking into {root}")
     return sshd, sftp
+
+
+def missing_libraries(binary: Path) -> list[str]:
+    """The shared libraries ``binary`` links that the dynamic loader cannot find here."""
+    proc = subprocess.run(["ldd", str(binary)], capture_output=True, text=True)
+    return [
+        line.split("=>")[0].strip()
+        for line in proc.stdout.splitlines()
+        if line.rstrip().endswith("not found")
+    ]
+
+
+def check_libraries(sshd: Path) -> None:
+    """Refuse, naming the libraries and their packages, an sshd that cannot start here."""
+    missing = missing_libraries(sshd)
+    if missing:
+        packages = sorted({SSHD_LIBRARY_PACKAGES.get(lib, "?") for lib in missing})
+        raise LightError(
+            f"{sshd} cannot start: this machine lacks {', '.join(missing)} "
+            f"(Debian package(s): {', '.join(packages)}; '?' = find it with dpkg -S or "
+            "packages.debian.org); scripts/setup installs them"
+        )
 
 
 def _namespaces() -> set[str]:
@@ -137,13 +163,15 @@ class LightFleet:
             raise LightError(f"count must be 1..{min(MAX_HOSTS, self.subnet.num_addresses - 3)}")
         started = time.monotonic()
         self.down()
+        shutil.rmtree(self.kept_logs_dir, ignore_errors=True)  # a previous failure's, now stale
         sshd, sftp = ensure_sshd()
+        check_libraries(sshd)
         self._refuse_taken_subnet()
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
         (self.dir / "hosts").mkdir(exist_ok=True)
         self._client_key()
-        privsep = Path("/run/sshd")  # sshd's privilege separation directory (empty)
+        privsep = PRIVSEP_DIR
         created_privsep = not privsep.exists()
         privsep.mkdir(mode=0o755, exist_ok=True)
         self._passwd()
@@ -170,14 +198,39 @@ class LightFleet:
             "".join(f"{h.name},{h.address} {k}\n" for h, k in zip(hosts, keys, strict=True))
         )
         pids: dict[str, dict[str, Any]] = {}
+        started_sshd: dict[str, subprocess.Popen[bytes]] = {}
         for h in hosts:
             proc = self._start_sshd(h, sshd, sftp)
+            started_sshd[h.name] = proc
             pids[h.name] = {"pid": proc.pid, "start": procs.start_time(proc.pid)}
         self._save({**base_state, "pids": pids})
         timings = {"started": time.monotonic() - started}
-        self._wait_ready(hosts, ready_timeout)
+        try:
+            self._wait_ready(hosts, started_sshd, ready_timeout)
+        except LightError as exc:
+            # The teardown that follows a failed start deletes the fleet's directory: the sshd
+            # logs the error names are kept outside it.
+            raise LightError(self._keep_logs(str(exc))) from None
         timings["ready"] = time.monotonic() - started
         return timings
+
+    @property
+    def kept_logs_dir(self) -> Path:
+        """Where a failed start leaves its hosts' sshd logs (``down`` does not delete it; the
+        next ``up`` does)."""
+        return state_root() / f"light-{self.name}-failed-logs"
+
+    def _keep_logs(self, message: str) -> str:
+        """Copy every host's sshd log to :attr:`kept_logs_dir`; ``message`` with the fleet's
+        directory in it pointing there instead."""
+        kept = self.kept_logs_dir
+        shutil.rmtree(kept, ignore_errors=True)
+        kept.mkdir(parents=True, mode=0o700)
+        for log in sorted((self.dir / "hosts").glob("*/sshd.log")):
+            shutil.copy2(log, kept / f"{log.parent.name}.sshd.log")
+        return message.replace(str(self.dir / "hosts") + "/", str(kept) + "/").replace(
+            "/sshd.log", ".sshd.log"
+        )
 
     def _refuse_taken_subnet(self) -> None:
         everything = json.loads(network.ip("-j", "addr", "show").stdout or "[]")
@@ -277,11 +330,24 @@ class LightFleet:
         finally:
             log.close()
 
-    def _wait_ready(self, hosts: list[LightHost], timeout: float) -> None:
+    def _wait_ready(
+        self,
+        hosts: list[LightHost],
+        started: dict[str, subprocess.Popen[bytes]],
+        timeout: float,
+    ) -> None:
         deadline = time.monotonic() + timeout
         waiting = list(hosts)
         for _ in range(int(timeout / 0.1) + 1):
             waiting = [h for h in waiting if not _answers_ssh(h.address)]
+            exited = [h for h in waiting if started[h.name].poll() is not None]
+            if exited:  # an sshd that has exited will not answer: say so at once
+                h = exited[0]
+                log = self.dir / "hosts" / h.name / "sshd.log"
+                raise LightError(
+                    f"{len(exited)} hosts' sshd exited before answering SSH (first: {h.name}, "
+                    f"exit status {started[h.name].returncode}: {_last_line(log)}; see {log})"
+                )
             if not waiting or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
@@ -311,7 +377,7 @@ class LightFleet:
         ]
         if state.get("created_privsep") and not others:  # another fleet's sshd still needs it
             with contextlib.suppress(OSError):  # not empty, or gone: not ours to clear
-                Path("/run/sshd").rmdir()
+                PRIVSEP_DIR.rmdir()
         # A veth whose namespace is gone goes with it, but not always at once: delete any left.
         links = json.loads(network.ip("-j", "link", "show", check=False).stdout or "[]")
         for link in links:
@@ -326,6 +392,14 @@ class LightFleet:
         return [
             {"name": h.name, "address": h.address, "bench_root": str(h.root)} for h in self.hosts()
         ]
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no log"
+    return lines[-1] if lines else "nothing logged"
 
 
 def _answers_ssh(address: str) -> bool:

@@ -17,6 +17,7 @@ from deployer import session as session_module
 from deployer.connection import ScriptedConnection
 from deployer.errors import HostKeyRefused
 from deployer.facts import GPU, HostFacts
+from deployer.gpu import driver_record
 from deployer.session import DeploySession
 
 MODEL_NAMES = {
@@ -88,8 +89,17 @@ class FakeFleet:
         def gather(conn: ScriptedConnection) -> HostFacts:
             return self.facts[conn.name]
 
+        def gather_with_reads(conn: ScriptedConnection, scripts: list[str]) -> tuple:
+            # The facts the test set and the upgrade record as the host holds it; the first
+            # play's reads not taken (None, as when a host's output is cut: the executor then
+            # reads them itself), so a test sees the commands a host runs as before.
+            return self.facts[conn.name], [
+                conn.run(s) if s == driver_record.READ_COMMAND else None for s in scripts
+            ]
+
         monkeypatch.setattr(DeploySession, "open_connection", open_)
         monkeypatch.setattr(session_module, "gather", gather)
+        monkeypatch.setattr(session_module, "gather_with_reads", gather_with_reads)
         return self
 
     def commands(self, host: str) -> list[str]:

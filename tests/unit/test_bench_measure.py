@@ -138,3 +138,18 @@ def test_write_result_writes_json_where_asked_and_says_where(tmp_path, capsys):
     path = write_result({"benchmark": "x", "n": 1}, "x", str(tmp_path / "sub" / "r.json"))
     assert json.loads(path.read_text()) == {"benchmark": "x", "n": 1}
     assert capsys.readouterr().out == f"written {path}\n"
+
+
+def test_a_failed_ansible_run_is_noted_by_its_fatal_lines_not_its_warnings():
+    from bench.measure import Outcome
+    from bench.tools import _tail
+
+    got = Outcome(
+        rc=4,
+        wall_s=1.0,
+        cpu_s=0.1,
+        peak_rss_mib=60.0,
+        stdout='PLAY [x]\nfatal: [h1]: UNREACHABLE! => {"msg": "timed out"}\nPLAY RECAP\n',
+        stderr="[DEPRECATION WARNING]: strategy plugins\n",
+    )
+    assert _tail(got) == 'fatal: [h1]: UNREACHABLE! => {"msg": "timed out"}'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,134 @@ def test_planning_verdict_judges_the_100000_host_size_only():
     assert verdicts([{"hosts": 100003, "error": "timeout"}]) == [
         "planning 100,003 hosts: failed (target < 20 s)"
     ]
+
+
+def _fake_fleet(tmp_path, monkeypatch, sshd_script: str):
+    """A light fleet whose network and sshd are stand-ins: ``sshd_script`` is run (no namespace)
+    with its output in the host's sshd.log, as the real start does."""
+    import subprocess
+
+    from deployer.lab import light
+
+    monkeypatch.setenv("GPUMON_LAB_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(light, "PRIVSEP_DIR", tmp_path / "privsep")
+    monkeypatch.setattr(
+        light.network, "ip", lambda *a, check=True: subprocess.CompletedProcess(a, 0, "[]", "")
+    )
+    monkeypatch.setattr(light.network, "link_exists", lambda name: False)
+    fake = tmp_path / "sshd"
+    fake.write_text(f"#!/bin/sh\n{sshd_script}\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(light, "ensure_sshd", lambda: (fake, fake))
+
+    def start(self, h, sshd, sftp):
+        with open(self.dir / "hosts" / h.name / "sshd.log", "ab") as log:
+            return subprocess.Popen([str(sshd)], stdout=log, stderr=log)
+
+    monkeypatch.setattr(light.LightFleet, "_start_sshd", start)
+    return light.LightFleet("tst", "10.214.40.0/24")
+
+
+def test_a_failed_light_start_names_a_log_that_outlives_the_teardown(tmp_path, monkeypatch):
+    fleet = _fake_fleet(
+        tmp_path,
+        monkeypatch,
+        "echo 'sshd: error while loading shared libraries: libwrap.so.0' >&2; exit 127",
+    )
+    with pytest.raises(LightError) as failed:
+        fleet.up(2, ready_timeout=30)
+    fleet.down()  # what the CLI and bench.scale do after a failed start
+    assert not fleet.dir.exists()
+    named = [w.rstrip(")") for w in str(failed.value).split() if w.endswith("sshd.log)")]
+    assert named and Path(named[0]).is_file()
+    assert "libwrap.so.0" in Path(named[0]).read_text()
+
+
+def test_a_light_sshd_that_exits_fails_the_start_at_once_with_its_last_log_line(
+    tmp_path, monkeypatch
+):
+    import time
+
+    fleet = _fake_fleet(tmp_path, monkeypatch, "echo 'Bad configuration option: Foo' >&2; exit 255")
+    began = time.monotonic()
+    with pytest.raises(LightError, match="exit status 255: Bad configuration option: Foo"):
+        fleet.up(1, ready_timeout=30)
+    fleet.down()
+    assert time.monotonic() - began < 20  # not the 30 s ready timeout
+
+
+def test_an_sshd_lacking_a_library_is_refused_naming_the_debian_package(tmp_path, monkeypatch):
+    from deployer.lab import light
+
+    monkeypatch.setattr(light, "missing_libraries", lambda binary: ["libwrap.so.0"])
+    with pytest.raises(LightError, match=r"lacks libwrap\.so\.0 \(Debian package\(s\): libwrap0"):
+        light.check_libraries(tmp_path / "sshd")
+
+
+def test_missing_libraries_reads_ldd_not_found_lines(tmp_path, monkeypatch):
+    import subprocess
+
+    from deployer.lab import light
+
+    out = (
+        "\tlinux-vdso.so.1 (0x00007ffd)\n"
+        "\tlibwrap.so.0 => not found\n"
+        "\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n"
+    )
+    monkeypatch.setattr(
+        light.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, out, "")
+    )
+    assert light.missing_libraries(tmp_path / "sshd") == ["libwrap.so.0"]
+
+
+def test_scale_verdicts_judge_the_200_host_ratios_to_mitogen_and_pyinfra():
+    from bench.scale import verdicts
+
+    result = {
+        "summaries": [
+            _summary("gpumon", "noop@200", 6.0, 69.0),
+            _summary("mitogen", "noop@200", 90.0, 80.0),
+            _summary("gpumon", "cold@200", 16.0, 69.0),
+            _summary("mitogen", "cold@200", 32.0, 80.0),
+            _summary("pyinfra", "cold@200", 40.0, 83.0),
+        ]
+    }
+    assert verdicts(result)[1:4] == [
+        "200 hosts noop: 15.0x faster than mitogen (target >= 12x: met)",
+        "200 hosts cold: 2.0x faster than mitogen (target >= 2.5x: MISSED)",
+        "200 hosts cold: 2.5x faster than pyinfra (target >= 2x: met)",
+    ]
+
+
+def test_mitogen_runs_ansibles_configuration_with_the_mitogen_linear_strategy(
+    tmp_path, monkeypatch
+):
+    from bench import tools
+
+    strategy = tmp_path / "ansible_mitogen/plugins/strategy"
+    strategy.mkdir(parents=True)
+    monkeypatch.setattr(tools, "mitogen_strategy_dir", lambda: strategy)
+    fleet = tools.Fleet((tools.Target("h1", "10.0.0.1"),), tmp_path / "key", tmp_path / "kh")
+    cfg = tools.write_mitogen_cfg(fleet, tmp_path).read_text()
+    plain = tools.write_ansible_cfg(fleet, tmp_path).read_text()
+    assert f"strategy_plugins = {strategy}\nstrategy = mitogen_linear\n" in cfg
+    assert cfg.replace(f"strategy_plugins = {strategy}\nstrategy = mitogen_linear\n", "") == plain
+
+
+def test_converge_judges_cold_runs_against_mitogen_and_pyinfra():
+    from bench.converge import render
+
+    summaries = [
+        {"tool": t, "scenario": sc, "median_wall_s": w, "median_cpu_s": 0.1,
+         "median_peak_rss_mib": 50.0, "runs": 1}
+        for t, sc, w in (("gpumon", "cold", 3.0), ("mitogen", "cold", 6.0),
+                         ("pyinfra", "cold", 6.3))
+    ]  # fmt: skip
+    result = {
+        "summaries": summaries,
+        "ratios": {"noop": {}, "cold": {"mitogen": 2.0, "pyinfra": 2.1}},
+        "suspect_runs": [],
+    }
+    text = render(result)
+    assert "cold: gpumon-deploy is 2.0x faster than mitogen (target >= 2.5x: MISSED)" in text
+    assert "cold: gpumon-deploy is 2.1x faster than pyinfra (target >= 2x: met)" in text

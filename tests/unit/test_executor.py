@@ -40,6 +40,14 @@ class FakeInventory:
     def resolve_vars(self, host: str, defaults: dict[str, Any]) -> dict[str, Any]:
         return {**defaults, **self.per_host[host]}
 
+    def layered_vars(self, host, defaults, overrides, hostvars) -> dict[str, Any]:
+        return {
+            **self.resolve_vars(host, defaults),
+            **overrides,
+            "inventory_hostname": host,
+            "hostvars": hostvars,
+        }
+
 
 def plans_for(per_host: dict[str, dict[str, Any]], **planner_kw: Any) -> list[HostPlan]:
     planner = Planner(FakeInventory(per_host), [ROLES], None, **planner_kw)

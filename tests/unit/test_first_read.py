@@ -1,0 +1,89 @@
+"""A host's facts and its first play's batched read go out in one round trip: a no-op ``up``
+costs one command per host (one play), in check mode too; the executor uses the read taken with
+the facts only where the plan built with the facts reads exactly the same scripts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from deployer import owed
+from deployer.connection import CommandResult, ConnectionPool, LocalConnection
+from deployer.executor import Executor
+from deployer.hostsession import Prefetched, first_read_scripts
+from deployer.session import DeploySession, RunOptions
+from tests.unit.test_executor import PLAY, ROLES, plans_for
+
+HOSTS = ("h1", "h2")
+
+
+class CountingConnection(LocalConnection):
+    def __init__(self, name: str, log: dict[str, list[str]]) -> None:
+        super().__init__(name)
+        self.log = log
+
+    def run(self, command: str, **kw: Any) -> CommandResult:
+        self.log.setdefault(self.name, []).append(command)
+        return super().run(command, **kw)
+
+
+def _session(tmp_path: Path, log: dict[str, list[str]]) -> DeploySession:
+    inventory = tmp_path / "inventory.yml"
+    hosts = "".join(f"    {h}: {{base: {tmp_path / h}, names: [a, b]}}\n" for h in HOSTS)
+    inventory.write_text(f"all:\n  hosts:\n{hosts}")
+    site = tmp_path / "site.yml"
+    site.write_text("- name: demo\n  hosts: all\n  roles: [demo]\n")
+    session = DeploySession.load(RunOptions(inventory=inventory, site=site, roles_path=[ROLES]))
+    session.pool = ConnectionPool(lambda h: CountingConnection(h, log))
+    return session
+
+
+def test_a_no_op_up_is_one_round_trip_per_host(tmp_path):
+    _session(tmp_path, {}).converge(check=False, diff=False)  # converge first
+    log: dict[str, list[str]] = {}
+    report = _session(tmp_path, log).converge(check=False, diff=False)
+    assert report.totals()["changed"] == 0
+    assert {h: len(commands) for h, commands in log.items()} == dict.fromkeys(HOSTS, 1)
+
+
+def test_a_no_op_up_in_check_mode_is_one_round_trip_per_host(tmp_path):
+    _session(tmp_path, {}).converge(check=False, diff=False)
+    log: dict[str, list[str]] = {}
+    report = _session(tmp_path, log).converge(check=True, diff=False)
+    assert report.totals()["changed"] == 0
+    assert {h: len(commands) for h, commands in log.items()} == dict.fromkeys(HOSTS, 1)
+
+
+def test_a_cold_up_still_reads_its_facts_and_first_play_together(tmp_path):
+    log: dict[str, list[str]] = {}
+    report = _session(tmp_path, log).converge(check=False, diff=False)
+    assert report.totals()["changed"] > 0
+    for h in HOSTS:
+        assert "@@os" in log[h][0] and "@@" in log[h][0].split("@@os", 1)[1]
+        assert not any("@@os" in c for c in log[h][1:])  # facts read once
+
+
+def _executor_commands(tmp_path, prefetched) -> list[str]:
+    log: dict[str, list[str]] = {}
+    plans = plans_for({"h1": {"base": str(tmp_path), "names": ["a"]}})
+    Executor(lambda h: CountingConnection(h, log), prefetched=prefetched).run(plans, (PLAY,))
+    return log.get("h1", [])
+
+
+def test_the_executor_uses_a_prefetched_read_of_exactly_its_first_read(tmp_path):
+    plans = plans_for({"h1": {"base": str(tmp_path), "names": ["a"]}})
+    Executor(lambda h: LocalConnection(h)).run(plans, (PLAY,))  # converge first
+    _, scripts = first_read_scripts(plans[0].plays[0], owed.OWED_DIR)
+    from deployer.hostsession import batch_run
+
+    results = batch_run(LocalConnection("h1"), scripts)
+    pre = {"h1": Prefetched(tuple(scripts), tuple(results))}
+    assert _executor_commands(tmp_path, pre) == []  # no-op: nothing more to read
+
+
+def test_the_executor_reads_itself_when_the_prefetched_scripts_differ(tmp_path):
+    plans = plans_for({"h1": {"base": str(tmp_path), "names": ["a"]}})
+    Executor(lambda h: LocalConnection(h)).run(plans, (PLAY,))
+    stale = {"h1": Prefetched(("true",), (None,))}
+    commands = _executor_commands(tmp_path, stale)
+    assert len(commands) == 1  # its own batched read, and nothing to change

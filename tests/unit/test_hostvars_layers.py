@@ -1,0 +1,56 @@
+"""A ``hostvars`` entry is a view over the inventory's layers, not a merged copy: it must read
+exactly as the merged variables (deployer/plan.py ``resolve``) do, values and order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deployer.inventory import load_inventory
+from deployer.inventory.model import LayeredVars
+from deployer.plan import LazyHostVars, resolve
+from deployer.templating import Renderer, make_environment
+
+INVENTORY = """
+all:
+  vars:
+    site: lab
+  children:
+    gpu:
+      vars:
+        gpu_model: H100
+        port: 9400
+      hosts:
+        gpu01: {ansible_host: 10.0.0.1, port: 9500, rack: r1}
+        gpu02: {ansible_host: 10.0.0.2}
+"""
+
+
+def _inventory(tmp_path: Path):
+    path = tmp_path / "inv.yml"
+    path.write_text(INVENTORY)
+    return load_inventory(path)
+
+
+def test_layered_vars_read_as_the_merged_dict_in_its_order():
+    low, mid, high = {"a": 1, "b": 2}, {"b": 3, "c": 4}, {"d": 5, "a": 6}
+    view = LayeredVars(high, mid, low)
+    merged = {**low, **mid, **high}
+    assert list(view) == list(merged)
+    assert dict(view) == merged
+    assert len(view) == len(merged)
+    assert "c" in view and "z" not in view
+    assert view.get("z", "none") == "none"
+
+
+def test_a_hostvars_entry_holds_what_resolve_gives_with_its_own_name_and_hostvars(tmp_path):
+    inventory = _inventory(tmp_path)
+    defaults = {"port": 1, "role_default": "x", "site": "default"}
+    overrides = {"rack": "r9", "hostvars": "not this", "inventory_hostname": "nor this"}
+    hostvars = LazyHostVars(inventory, defaults, Renderer(make_environment()), overrides)
+    for host in ("gpu01", "gpu02"):
+        expected = resolve(inventory, host, defaults, overrides)
+        expected.update(inventory_hostname=host, hostvars=hostvars)
+        entry = hostvars[host]
+        assert list(entry) == list(expected)
+        assert {k: entry[k] for k in entry} == expected
+        assert entry.get("missing", 0) == 0
