@@ -465,6 +465,8 @@ def _read_by(source: str | None, line: int | None, key: str) -> str:
     if source is None or source.startswith("variables of"):
         return f"the value of {key}"
     return f"{shown_path(source)}{f':{line}' if line is not None else ''} ({key})"
+
+
 _MISSING = object()
 _PLAIN = frozenset({int, float, bool, type(None)})
 
