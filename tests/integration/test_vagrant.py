@@ -4,8 +4,9 @@ Always run (they need the ``vagrant`` command, installed by scripts/setup): the 
 validates, builds the lab's topology with the same names, addresses and groups, gives each VM
 the provisioners its role needs, and picks the box as documented.
 
-The Vagrant tier (``@pytest.mark.vagrant``, opt-in with ``GPUMON_VAGRANT=1``; ``.ci/run`` runs it
-after everything else, scripts/setup-vagrant installs what it needs): the lab's own box is built
+The Vagrant tier (``@pytest.mark.vagrant``, opt-in with ``GPUMON_VAGRANT=1``; ``.ci/run`` does
+not run it: under software emulation it does not fit CI's hour, see README.md; scripts/setup-vagrant
+installs what it needs): the lab's own box is built
 (or taken from the cache), the VMs of ``deployer/lab/topologies/vagrant.yml`` (one GPU VM, one
 Prometheus + Alertmanager VM) boot under software emulation, ``gpumon-deploy up`` converges them,
 a second ``up`` changes nothing, ``status`` is green, and ``lab vagrant-down`` leaves nothing
@@ -200,7 +201,7 @@ def gpumon(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[dict[str, Any]]:
     if not TIER:
-        pytest.skip("the Vagrant tier is opt-in: GPUMON_VAGRANT=1 (.ci/run runs it)")
+        pytest.skip("the Vagrant tier is opt-in: GPUMON_VAGRANT=1 (CI does not run it: README.md)")
     reason = tier_unavailable_reason()
     if reason:
         pytest.fail(f"GPUMON_VAGRANT=1 but {reason}")
