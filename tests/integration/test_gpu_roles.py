@@ -267,6 +267,17 @@ def test_malformed_plans_are_refused_before_any_host_is_touched(
 # ---- an inventory the product did not write (issue 14) -----------------------------------------
 
 
+def write_inventory_copy(lab: Lab, data: dict, dest: Path) -> Path:
+    """``data`` (the lab's inventory, changed) written as ``dest/inventory.yml``, beside a copy
+    of the lab's group_vars: the path."""
+    dest.mkdir()
+    if (lab.inventory_path.parent / "group_vars").is_dir():
+        shutil.copytree(lab.inventory_path.parent / "group_vars", dest / "group_vars")
+    path = dest / "inventory.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
 def deepops_copy(lab: Lab, dest: Path, group: str = "slurm-node", declared: bool = False) -> Path:
     """The lab's inventory as DeepOps (or kubespray: ``group="kube_node"``) would have it: the
     GPU hosts in ``group``, no ``gpu`` group, and unless ``declared`` no GPU variable (model,
@@ -278,12 +289,7 @@ def deepops_copy(lab: Lab, dest: Path, group: str = "slurm-node", declared: bool
         for key in () if declared else ("gpu_model", "gpu_count", "nvswitch"):
             data["all"]["hosts"][h].pop(key, None)
             (groups[group]["hosts"][h] or {}).pop(key, None)
-    dest.mkdir()
-    if (lab.inventory_path.parent / "group_vars").is_dir():
-        shutil.copytree(lab.inventory_path.parent / "group_vars", dest / "group_vars")
-    path = dest / "inventory.yml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return write_inventory_copy(lab, data, dest)
 
 
 def test_a_deepops_shaped_inventory_is_mapped_initialised_from_facts_and_converged(
@@ -329,12 +335,7 @@ def facts_only_copy(lab: Lab, dest: Path, keep: tuple[str, ...]) -> Path:
         data["all"]["children"]["gpu"]["hosts"].pop(h)
     for h in keep:
         data["all"]["hosts"][h].pop("gpu_count")
-    dest.mkdir()
-    if (lab.inventory_path.parent / "group_vars").is_dir():
-        shutil.copytree(lab.inventory_path.parent / "group_vars", dest / "group_vars")
-    path = dest / "inventory.yml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return write_inventory_copy(lab, data, dest)
 
 
 def test_status_holds_hosts_without_gpu_count_to_the_count_up_planned_from_facts(gpu_lab, tmp_path):
