@@ -52,11 +52,15 @@ def tls_host(tmp_path: Path, debs):
     }  # fmt: skip
     (conf / "web-config.yml").write_text(json.dumps(web))
     port = free_port()
-    argv = ["/usr/bin/dcgm-exporter", "-a", f"127.0.0.1:{port}",
+    with Daemon(root, exporter_argv(port), port):
+        yield root, port, authority, tmp_path
+
+
+def exporter_argv(port: int) -> list[str]:
+    """The simulated exporter's command line with the web config both tests write."""
+    return ["/usr/bin/dcgm-exporter", "-a", f"127.0.0.1:{port}",
             "-f", "/etc/dcgm-exporter/default-counters.csv",
             "--web-config-file", "/etc/dcgm-exporter/web-config.yml"]  # fmt: skip
-    with Daemon(root, argv, port):
-        yield root, port, authority, tmp_path
 
 
 def get(url: str, ca_pem: str | None, headers: dict[str, str] | None = None) -> int:
@@ -159,8 +163,5 @@ def test_one_file_holding_the_key_and_the_certificate_serves(tmp_path: Path, deb
                                  "key_file": "/etc/dcgm-exporter/server.pem"}}  # fmt: skip
     (root / "etc/dcgm-exporter/web-config.yml").write_text(json.dumps(web))
     port = free_port()
-    argv = ["/usr/bin/dcgm-exporter", "-a", f"127.0.0.1:{port}",
-            "-f", "/etc/dcgm-exporter/default-counters.csv",
-            "--web-config-file", "/etc/dcgm-exporter/web-config.yml"]  # fmt: skip
-    with Daemon(root, argv, port):
+    with Daemon(root, exporter_argv(port), port):
         assert get(f"https://127.0.0.1:{port}/metrics", authority.cert_pem) == 200
