@@ -23,12 +23,10 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 import urllib.request
 from dataclasses import dataclass
 from email.utils import formatdate
@@ -37,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from deployer.lab import procs
+from deployer.lab import localserver, procs
 from deployer.lab.base import cache_lock
 from deployer.lab.paths import cache_root
 
@@ -521,57 +519,22 @@ def _sim_dependencies(repo: Path) -> list[str]:
 
 def serve(address: str, port: int, pid_file: Path, log: Path) -> procs.Tracked:
     """Start (or keep) the mirror's HTTP server on ``address:port``; PID recorded."""
-    current = procs.load(pid_file)
-    if current is not None and current.alive() and _answers(address, port):
-        return current
-    if current is not None:
-        procs.kill_hard([current])
-    with open(log, "ab") as out:
-        child = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "http.server",
-                str(port),
-                "--bind",
-                address,
-                "--directory",
-                str(site_dir()),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd="/",
-        )
-    tracked = procs.track(child.pid)
-    procs.save(pid_file, tracked)
-    deadline = time.monotonic() + SERVE_WAIT_S
-    for _ in range(200):
-        if _answers(address, port):
-            return tracked
-        if child.poll() is not None or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    procs.kill_hard([tracked])
-    raise MirrorError(f"the mirror's HTTP server did not answer on {address}:{port}; see {log}")
+    argv = [sys.executable, "-m", "http.server", str(port), "--bind", address]
+    argv += ["--directory", str(site_dir())]
+    server = localserver.serve(
+        argv, pid_file, log, lambda: _answers(address, port), wait_s=SERVE_WAIT_S
+    )
+    if server is None:
+        raise MirrorError(f"the mirror's HTTP server did not answer on {address}:{port}; see {log}")
+    return server
 
 
 def stop_serving(pid_file: Path) -> None:
-    current = procs.load(pid_file)
-    if current is not None:
-        current.signal(15)
-        if procs.wait_gone([current], 5.0):
-            procs.kill_hard([current])
-    pid_file.unlink(missing_ok=True)
+    localserver.stop(pid_file)
 
 
 def _answers(address: str, port: int) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=0.5):
-            pass
-    except OSError:
-        return False
+    return localserver.answers(address, port, f"keys/{KEY_NAME}")
     try:
         with urllib.request.urlopen(f"http://{address}:{port}/keys/{KEY_NAME}", timeout=2) as r:
             return r.status == 200

@@ -20,12 +20,7 @@ from __future__ import annotations
 import json
 import resource
 import secrets
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from deployer.lab import procs
+from deployer.lab import localserver, procs
 from deployer.lab.paths import write_secret
 
 S3_PORT = 8690
@@ -117,55 +112,26 @@ def _limit_resources() -> None:  # runs in the child before exec
 
 def serve(address: str, port: int, pid_file: Path, log: Path) -> procs.Tracked:
     """Start (or keep) moto's server on ``address:port``; PID recorded in ``pid_file``."""
-    current = procs.load(pid_file)
-    if current is not None and current.alive() and _answers(address, port):
-        return current
-    if current is not None:
-        procs.kill_hard([current])
-    with open(log, "ab") as out:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", address, "-p", str(port)],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd="/",
-            preexec_fn=_limit_resources,
-        )
-    tracked = procs.track(child.pid)
-    procs.save(pid_file, tracked)
-    deadline = time.monotonic() + START_WAIT_S
-    while time.monotonic() < deadline:
-        if _answers(address, port):
-            return tracked
-        if child.poll() is not None:
-            break
-        time.sleep(0.2)
-    procs.kill_hard([tracked])
-    raise S3Error(f"the lab's S3 server did not answer on {address}:{port}; see {log}")
+    argv = [sys.executable, "-m", "moto.server", "-H", address, "-p", str(port)]
+    server = localserver.serve(
+        argv,
+        pid_file,
+        log,
+        lambda: _answers(address, port),
+        wait_s=START_WAIT_S,
+        preexec_fn=_limit_resources,
+    )
+    if server is None:
+        raise S3Error(f"the lab's S3 server did not answer on {address}:{port}; see {log}")
+    return server
 
 
 def stop(pid_file: Path) -> None:
-    current = procs.load(pid_file)
-    if current is not None:
-        current.signal(15)
-        if procs.wait_gone([current], 5.0):
-            procs.kill_hard([current])
-    pid_file.unlink(missing_ok=True)
+    localserver.stop(pid_file)
 
 
 def _answers(address: str, port: int) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=0.5):
-            pass
-    except OSError:
-        return False
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"http://{address}:{port}/moto-api/", timeout=2) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
+    return localserver.answers(address, port, "moto-api/")
 
 
 def client(url: str, creds: Credentials) -> Any:
