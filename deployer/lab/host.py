@@ -99,6 +99,19 @@ def mount_overlay(files: HostFiles, base: Path) -> None:
         raise HostError(f"mounting the overlay of {files.dir.name} failed: {proc.stderr.strip()}")
 
 
+def write_hosts_file(root: Path, host: LabHost, topology: Topology) -> None:
+    """``/etc/hosts`` of ``host`` under ``root``: itself, every other lab host, the mirror.
+    Written through a temporary file and a rename, as a running host may be reading it."""
+    lines = ["127.0.0.1\tlocalhost", f"127.0.1.1\t{host.name}", "::1\tlocalhost"]
+    lines += [f"{h.address}\t{h.name}" for h in topology.hosts if h.name != host.name]
+    lines.append(f"{topology.gateway}\tgpumon-lab-mirror")
+    target = root / "etc/hosts"
+    staged = target.with_name(".hosts.gpumon-lab")
+    staged.write_text("\n".join(lines) + "\n")
+    os.chmod(staged, 0o644)
+    os.replace(staged, target)
+
+
 def write_identity(
     root: Path,
     host: LabHost,
@@ -114,10 +127,7 @@ def write_identity(
     etc = root / "etc"
     (etc / "hostname").write_text(host.name + "\n")
     (etc / "machine-id").write_text(uuid.uuid4().hex + "\n")
-    hosts_lines = ["127.0.0.1\tlocalhost", f"127.0.1.1\t{host.name}", "::1\tlocalhost"]
-    hosts_lines += [f"{h.address}\t{h.name}" for h in topology.hosts if h.name != host.name]
-    hosts_lines.append(f"{topology.gateway}\tgpumon-lab-mirror")
-    (etc / "hosts").write_text("\n".join(hosts_lines) + "\n")
+    write_hosts_file(root, host, topology)
     network = etc / "systemd/network/10-host0.network"
     network.parent.mkdir(parents=True, exist_ok=True)
     network.write_text(

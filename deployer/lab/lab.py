@@ -141,7 +141,7 @@ class Lab:
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
         previous = self.topology
-        if previous is not None and topology_to_dict(previous) != topology_to_dict(topology):
+        if previous is not None and not changes_in_place(previous, topology):
             self._echo("topology changed: taking the previous lab down first")
             self.down()
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -165,7 +165,8 @@ class Lab:
         s3_vars = self._start_s3(topology)
         authorized = self._client_key()
         apt_key = mirror.public_key()
-        keys = self._host_keys()
+        wanted = {h.name for h in topology.hosts}
+        keys = {name: key for name, key in self._host_keys().items() if name in wanted}
         to_start = [h for h in topology.hosts if not hostmod.running(self.host_files(h.name))]
         for name in [h.name for h in to_start]:
             keys.pop(name, None)
@@ -174,8 +175,10 @@ class Lab:
         for h in topology.hosts:
             merged = self.host_files(h.name).merged
             if h not in to_start and hostmod.is_mounted(merged):
-                # Running hosts get files added to the lab since they started.
+                # Running hosts get files added to the lab since they started, and the names of
+                # hosts added beside them.
                 shutil.copytree(host_files, merged, dirs_exist_ok=True, ignore=_stamps)
+                hostmod.write_hosts_file(merged, h, topology)
 
         def start(h: LabHost) -> tuple[str, str]:
             files = self.host_files(h.name)
@@ -597,6 +600,28 @@ def _text(value: Any) -> str:
     if value is None:
         return ""
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def changes_in_place(previous: Topology, wanted: Topology) -> bool:
+    """True when the lab can go from ``previous`` to ``wanted`` without touching the hosts both
+    have: the same network and mirror, and every host kept exactly as it was (name, address,
+    groups, GPUs, variables). Hosts are then only added or removed; a running host keeps its
+    state (driver, packages, data) and is not restarted. Anything else takes the lab down first."""
+    before, after = topology_to_dict(previous), topology_to_dict(wanted)
+    hosts_before = {h["name"]: h for h in before.pop("hosts")}
+    hosts_after = {h["name"]: h for h in after.pop("hosts")}
+    before.pop("source")  # the file it was read from says nothing about the hosts
+    after.pop("source")
+    if before != after:
+        return False
+    kept = hosts_before.keys() & hosts_after.keys()
+    if any(hosts_before[name] != hosts_after[name] for name in kept):
+        return False
+    # An address given up by a removed host and taken by an added one is a different machine
+    # behind the same address: known_hosts and ARP caches would say otherwise. Start over.
+    removed = {hosts_before[n]["address"] for n in hosts_before.keys() - kept}
+    added = {hosts_after[n]["address"] for n in hosts_after.keys() - kept}
+    return not removed & added
 
 
 def topology_to_dict(topology: Topology) -> dict[str, Any]:

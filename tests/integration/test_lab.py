@@ -304,3 +304,42 @@ def test_down_leaves_no_process_mount_or_bridge_even_after_everything_was_killed
     assert _leftovers(small, topo.bridge) == []
     assert not (small.dir / "lab.json").exists()
     assert json.loads(json.dumps(small.status()))["up"] is False
+
+
+GROW_TOPOLOGY = """
+network: {bridge: gpumonsmg0, subnet: 10.213.253.0/24}
+hosts:
+  smg01: {groups: [prometheus]}
+  smg02: {groups: [gpu], gpu_model: A100, gpu_count: 2}
+"""
+GROWN_TOPOLOGY = GROW_TOPOLOGY + "  smg03: {groups: [gpu], gpu_model: L40S, gpu_count: 2}\n"
+
+
+def test_hosts_added_to_a_running_lab_join_it_and_the_running_hosts_are_not_restarted(
+    tmp_path: Path,
+):
+    small, grown = tmp_path / "small.yml", tmp_path / "grown.yml"
+    small.write_text(GROW_TOPOLOGY)
+    grown.write_text(GROWN_TOPOLOGY)
+    the_lab = Lab("smoke-grow")
+    the_lab.up(load_topology(small))
+    try:
+        # /run is a fresh tmpfs on every boot: a marker there proves a host was not restarted.
+        for host in ("smg01", "smg02"):
+            run(the_lab, host, "touch /run/gpumon-kept")
+        the_lab.up(load_topology(grown))
+        assert run(the_lab, "smg03", "hostname").strip() == "smg03"
+        for host in ("smg01", "smg02"):
+            assert run(the_lab, host, "test -e /run/gpumon-kept && echo kept").strip() == "kept"
+            assert run(the_lab, host, "getent hosts smg03").split()[0] == "10.213.253.13"
+        assert "smg03" in the_lab.inventory_path.read_text()
+
+        the_lab.up(load_topology(small))  # and removed again
+        assert [h.name for h in the_lab.hosts] == ["smg01", "smg02"]
+        assert not (the_lab.hosts_dir / "smg03").exists()
+        assert "smg03" not in the_lab.inventory_path.read_text()
+        assert "smg03" not in the_lab.known_hosts_path.read_text()
+        for host in ("smg01", "smg02"):
+            assert run(the_lab, host, "test -e /run/gpumon-kept && echo kept").strip() == "kept"
+    finally:
+        the_lab.down()

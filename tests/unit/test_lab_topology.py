@@ -9,6 +9,7 @@ import pytest
 from deployer.errors import InputError
 from deployer.lab.gpusim import hardware_for
 from deployer.lab.gpusim.models import MODELS
+from deployer.lab.lab import changes_in_place
 from deployer.lab.topology import for_lab_name, load_topology, parse_topology
 from deployer.yamlsrc import load_yaml_text
 
@@ -177,3 +178,43 @@ def test_named_lab_gets_its_own_bridge_and_subnet_with_the_same_host_octets():
         h.address.rsplit(".", 1)[1] for h in default.hosts
     ]
     assert for_lab_name(default, "default") is default
+
+
+# ------------------------------------------------------------ changing a running lab's topology
+
+
+def test_more_gpu_hosts_are_added_beside_the_running_ones_without_restarting_them():
+    assert changes_in_place(load_topology(), load_topology(gpu_nodes=8))
+
+
+def test_fewer_gpu_hosts_at_the_end_are_removed_without_restarting_the_rest():
+    assert changes_in_place(load_topology(gpu_nodes=8), load_topology())
+
+
+def test_a_change_that_moves_a_kept_host_s_address_takes_the_lab_down_first():
+    # Below six GPU hosts the monitoring hosts move up to the freed addresses.
+    assert not changes_in_place(load_topology(gpu_nodes=2), load_topology(gpu_nodes=3))
+
+
+def test_the_same_hosts_read_from_another_file_change_nothing():
+    text = "hosts:\n  g1: {groups: [gpu], gpu_model: H100, gpu_count: 8}\n"
+    one = parse_topology(load_yaml_text(text, "a.yml"), source="a.yml")
+    other = parse_topology(load_yaml_text(text, "b.yml"), source="b.yml")
+    assert changes_in_place(one, other)
+
+
+def test_a_kept_host_with_other_gpus_takes_the_lab_down_first():
+    before = topo("hosts:\n  g1: {groups: [gpu], gpu_model: H100, gpu_count: 8}\n")
+    after = topo("hosts:\n  g1: {groups: [gpu], gpu_model: H100, gpu_count: 4}\n")
+    assert not changes_in_place(before, after)
+
+
+def test_another_bridge_or_subnet_takes_the_lab_down_first():
+    assert not changes_in_place(for_lab_name(load_topology(), "one"), load_topology())
+
+
+def test_an_address_handed_from_a_removed_host_to_an_added_one_takes_the_lab_down_first():
+    before = topo("hosts:\n  g1: {groups: [gpu], gpu_model: H100, gpu_count: 8}\n")
+    after = topo("hosts:\n  g2: {groups: [gpu], gpu_model: H100, gpu_count: 8}\n")
+    assert before.hosts[0].address == after.hosts[0].address
+    assert not changes_in_place(before, after)
