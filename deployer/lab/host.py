@@ -99,6 +99,14 @@ def mount_overlay(files: HostFiles, base: Path) -> None:
         raise HostError(f"mounting the overlay of {files.dir.name} failed: {proc.stderr.strip()}")
 
 
+def boots(files: HostFiles) -> int:
+    """How many times the host has booted (its supervisor counts them); 0 before the first."""
+    try:
+        return int((files.dir / "boots").read_text())
+    except FileNotFoundError:
+        return 0
+
+
 def write_hosts_file(root: Path, host: LabHost, topology: Topology) -> None:
     """``/etc/hosts`` of ``host`` under ``root``: itself, every other lab host, the mirror.
     Written through a temporary file and a rename, as a running host may be reading it."""

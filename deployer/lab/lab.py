@@ -374,13 +374,12 @@ class Lab:
         out["s3"] = dict(s3.status(self.dir, topo.gateway))
         for h in topo.hosts:
             files = self.host_files(h.name)
-            boots = files.dir / "boots"
             out["hosts"][h.name] = {
                 "address": h.address,
                 "groups": list(h.groups),
                 "running": hostmod.running(files),
                 "link_up": network.link_is_up(self.machine(h.name)),
-                "boots": int(boots.read_text()) if boots.is_file() else 0,
+                "boots": hostmod.boots(files),
                 "faults": self.faults(h.name),
                 **({"gpus": _gpus_text(h)} if h.is_gpu else {}),
             }
@@ -490,12 +489,12 @@ class Lab:
 
     def reboot(self, host: str, *, ready_timeout: float = READY_TIMEOUT_S) -> None:
         """``systemctl reboot`` inside the host and wait until it is back (a new boot)."""
-        boots = self.host_files(host).dir / "boots"
-        before = int(boots.read_text()) if boots.is_file() else 0
+        files = self.host_files(host)
+        before = hostmod.boots(files)
         self.ssh(host, "systemctl reboot", timeout=15)
         deadline = time.monotonic() + ready_timeout
         for _ in range(int(ready_timeout / 0.2)):
-            now = int(boots.read_text()) if boots.is_file() else 0
+            now = hostmod.boots(files)
             if now > before or time.monotonic() > deadline:
                 break
             time.sleep(0.2)

@@ -31,3 +31,11 @@ def write_secret(path: Path, data: bytes | str) -> None:
         os.write(fd, raw)
     finally:
         os.close(fd)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` by a rename, so that a reader sees the old content or the new, never an
+    empty or half-written file (the lab's state files are read while their writer runs)."""
+    staged = path.with_name(f".{path.name}.tmp")
+    staged.write_text(text)
+    staged.replace(path)

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from deployer.lab.paths import write_atomic
+
 
 @dataclass(frozen=True)
 class Tracked:
@@ -53,9 +55,7 @@ def track(pid: int) -> Tracked:
 
 
 def save(path: Path, proc: Tracked) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pid": proc.pid, "start": proc.start}))
-    tmp.replace(path)
+    write_atomic(path, json.dumps({"pid": proc.pid, "start": proc.start}))
 
 
 def load(path: Path) -> Tracked | None:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from deployer.lab import cgroups, procs
+from deployer.lab.paths import write_atomic
 
 REBOOT_STATUS = 133
 MAX_BOOTS = 500
@@ -54,10 +55,10 @@ def supervise(host_dir: Path, cgroup: str, argv: list[str]) -> int:
                 argv, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT
             )
             procs.save(host_dir / "nspawn.pid", procs.track(child.pid))
-            (host_dir / "boots").write_text(f"{boot}\n")
+            write_atomic(host_dir / "boots", f"{boot}\n")
             status = child.wait()
         (host_dir / "nspawn.pid").unlink(missing_ok=True)
-        (host_dir / "last-exit").write_text(f"{status}\n")
+        write_atomic(host_dir / "last-exit", f"{status}\n")
         if stopping or status != REBOOT_STATUS:
             break
         quick_exits = quick_exits + 1 if time.monotonic() - started < QUICK_EXIT_S else 0

@@ -307,7 +307,7 @@ def test_down_leaves_no_process_mount_or_bridge_even_after_everything_was_killed
 
 
 GROW_TOPOLOGY = """
-network: {bridge: gpumonsmg0, subnet: 10.213.253.0/24}
+network: {bridge: gpumonsmg0, subnet: 10.213.254.0/24}  # 251: smoke-down, 252-253: vagrant
 hosts:
   smg01: {groups: [prometheus]}
   smg02: {groups: [gpu], gpu_model: A100, gpu_count: 2}
@@ -331,7 +331,7 @@ def test_hosts_added_to_a_running_lab_join_it_and_the_running_hosts_are_not_rest
         assert run(the_lab, "smg03", "hostname").strip() == "smg03"
         for host in ("smg01", "smg02"):
             assert run(the_lab, host, "test -e /run/gpumon-kept && echo kept").strip() == "kept"
-            assert run(the_lab, host, "getent hosts smg03").split()[0] == "10.213.253.13"
+            assert run(the_lab, host, "getent hosts smg03").split()[0] == "10.213.254.13"
         assert "smg03" in the_lab.inventory_path.read_text()
 
         the_lab.up(load_topology(small))  # and removed again
