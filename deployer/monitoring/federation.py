@@ -29,6 +29,13 @@ replica's samples refused or interleaved) and whose values alternate between the
 ``max`` keeps the more complete replica's
 view of a count (a replica that restarted and missed a scrape counts fewer GPUs, not more).
 
+The job ignores the samples' own timestamps (``honor_timestamps: false``): "Staleness will not be
+marked for time series that have timestamps included in their scrapes. Only the 5 minute threshold
+will be applied in that case" (docs/querying/basics.md, "Staleness", commit
+6dd98681cf4e5535807777625dd341577b5c4706), so with them a stopped shard's records stayed in the
+global counts for 5 minutes (seen on the lab: shard b stopped, its alert firing, the global GPU
+count still 8 of 4); at the scrape's time they go stale with the failed scrape.
+
 A shard whose replicas all stop is seen in two ways here: its federate targets are down
 (``PrometheusShardUnreachable`` for all of its replicas), and its records leave the global rules.
 
@@ -140,6 +147,8 @@ def scrape_configs(
     job: dict[str, Any] = {
         "job_name": str(variables["prometheus_federation_job"]),
         "honor_labels": True,
+        # each sample at the scrape's time, so a stopped shard's records go stale at once
+        "honor_timestamps": False,
         "metrics_path": "/federate",
         "params": {"match[]": [MATCH]},
         "scrape_interval": str(variables["prometheus_federation_interval"]),

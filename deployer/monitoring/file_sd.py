@@ -17,8 +17,9 @@ one implementation; tests/unit/test_file_sd.py checks what the role plans.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from deployer.booleans import truthy
@@ -41,11 +42,8 @@ def _address(hv: Mapping[str, Any], host: str) -> str:
     return str(hv.get("ansible_host", host))
 
 
-def _unique(hosts: Sequence[str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for h in hosts:
-        seen.setdefault(h, None)
-    return list(seen)
+def _unique(hosts: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(hosts))  # in order, each once (C speed: called per shard and job)
 
 
 class _Labels:
@@ -81,7 +79,7 @@ class _Labels:
 def members(variables: Mapping[str, Any], group_names: Sequence[str]) -> list[str]:
     """Hosts of the named inventory groups, in inventory order, each once."""
     groups = variables["groups"]
-    return _unique([h for g in group_names for h in groups.get(g, [])])
+    return _unique(chain.from_iterable(groups.get(g, ()) for g in group_names))
 
 
 def job_members(variables: Mapping[str, Any], job: str) -> list[str]:

@@ -72,6 +72,8 @@ def test_the_global_pair_federates_both_replicas_of_every_shard_with_their_label
     assert [j["job_name"] for j in jobs] == ["federate"]
     job = jobs[0]
     assert job["honor_labels"] is True and job["metrics_path"] == "/federate"
+    # a stopped shard's records go stale with the failed scrape, not 5 minutes later
+    assert job["honor_timestamps"] is False
     assert job["params"] == {"match[]": ['{__name__=~"cluster_model:.+"}']}
     assert [(g["targets"], g["labels"]) for g in job["static_configs"]] == [
         (["192.0.2.21:9090"], {"node": "prom01", "shard": "a"}),
