@@ -79,7 +79,21 @@ class _Labels:
 def members(variables: Mapping[str, Any], group_names: Sequence[str]) -> list[str]:
     """Hosts of the named inventory groups, in inventory order, each once."""
     groups = variables["groups"]
-    return _unique(chain.from_iterable(groups.get(g, ()) for g in group_names))
+    names = tuple(group_names)
+    sizes = tuple(len(groups.get(g, ())) for g in names)
+    for g, n, z, got in _MEMBERS:
+        if g is groups and n == names and z == sizes:
+            return list(got)
+    got = _unique(chain.from_iterable(groups.get(g, ()) for g in names))
+    _MEMBERS.insert(0, (groups, names, sizes, got))
+    del _MEMBERS[8:]
+    return list(got)
+
+
+# The last members computed, with the groups object they came from (kept, so its id is not
+# reused) and the groups' sizes: every shard's file_sd of a job asks for the same members
+# (100,000 hosts, once per shard and job: what made every shard's file_sd grow with hosts x shards).
+_MEMBERS: list[tuple[Any, tuple[str, ...], tuple[int, ...], list[str]]] = []
 
 
 def job_members(variables: Mapping[str, Any], job: str) -> list[str]:
