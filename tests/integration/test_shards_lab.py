@@ -150,8 +150,24 @@ def global_urls(lab: Lab) -> dict[str, str]:
     return {h.name: f"http://{h.address}:9090" for h in lab.hosts if h.name in GLOBAL_PAIR}
 
 
+def settled_split(lab: Lab) -> dict[str, dict[str, set[str]]]:
+    """The shards' split once both replicas of each shard scrape the same, the inventory's hosts
+    only (the replicas take a new targets file one after the other)."""
+    names = {h.name for h in lab.hosts}
+
+    def split() -> dict[str, dict[str, set[str]]] | None:
+        try:
+            got = shard_split(lab)
+        except AssertionError:
+            return None
+        seen = set().union(*(nodes for jobs in got.values() for nodes in jobs.values()))
+        return got if seen <= names else None
+
+    return wait_until("the shards' split settled", split, timeout=150, every=5)
+
+
 def gpus_of(lab: Lab, shard: str | None = None) -> int:
-    split = shard_split(lab) if shard else None
+    split = settled_split(lab) if shard else None
     return sum(
         h.gpu_count
         for h in lab.hosts
