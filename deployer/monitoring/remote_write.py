@@ -172,6 +172,11 @@ def remote_write_configs(variables: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def writes_to_store(variables: Mapping[str, Any]) -> bool:
+    """Whether this replica remote-writes to the store (status expects its queues then)."""
+    return _enabled(variables)
+
+
 def _enabled(variables: Mapping[str, Any]) -> bool:
     # federation only (gpumon_global_tier), or a replica of the global pair: no remote write
     return file_sd.truthy(variables["prometheus_remote_write_enabled"]) and (

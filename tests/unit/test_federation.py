@@ -162,3 +162,13 @@ def test_a_bad_mode_exits_2_naming_the_key_and_touches_no_host(tmp_path, monkeyp
     )
     assert result.exit_code == 2, result.output
     assert "gpumon_global_tier" in result.output and "'fed' is not one of" in result.output
+
+
+@pytest.mark.parametrize(("mode", "queues"), [("both", 1), ("federation", 0)])
+def test_status_expects_the_shards_store_queues_only_when_they_remote_write(tmp_path, mode, queues):
+    from deployer.monitoring.expect import load_expectation
+
+    (tmp_path / "inventory.yml").write_text(INVENTORY.format(mode=mode, globals_=GLOBALS))
+    exp = load_expectation(tmp_path / "inventory.yml")
+    assert [w.host for w in exp.store.writers] == ["prom01", "prom02", "prom03", "prom04"]
+    assert {len(w.queues) for w in exp.store.writers} == {queues}
