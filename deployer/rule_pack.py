@@ -87,6 +87,10 @@ ALERT_SCOPES: dict[str, str] = {
     "DCGMTargetMissing": "host",
     "AlertmanagerConfigInconsistent": "cluster",
     "ScrapeJobAbsent": "cluster",
+    # the federation tier's global pair (global-federation.yml.j2): a shard replica it federates,
+    # a whole shard (its label shard beside the pair's cluster)
+    "PrometheusShardReplicaUnreachable": "host",
+    "PrometheusShardUnreachable": "cluster",
 }
 
 

@@ -21,7 +21,7 @@ from jinja2 import StrictUndefined
 from deployer import alertmanager_config, dcgm_fields, rule_pack
 from deployer.booleans import truthy
 from deployer.errors import InputError
-from deployer.monitoring import file_sd, remote_write, shards
+from deployer.monitoring import federation, file_sd, remote_write
 from deployer.secrets import MASK, is_secret_path
 from deployer.tls import material as tls_material
 from deployer.unsafe import UnsafeText
@@ -174,9 +174,17 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
     env.globals["file_sd_common_cluster"] = jinja2.pass_context(
         lambda context, fallback: file_sd.common_cluster(context.parent, fallback)
     )
-    # The replicas of this replica's shard: the restart handler's HA peers (deployer/monitoring/shards.py).
+    # The replicas of this replica's shard (or of the global pair): the restart handler's HA
+    # peers (deployer/monitoring/shards.py, deployer/monitoring/federation.py).
     env.globals["prometheus_shard_peers"] = jinja2.pass_context(
-        lambda context: shards.peers(context.parent)
+        lambda context: federation.peers(context.parent)
+    )
+    # The federation tier: whether this replica is of the global pair, and its federate job.
+    env.globals["federation_is_global"] = jinja2.pass_context(
+        lambda context: federation.is_global(context.parent)
+    )
+    env.globals["federation_scrape_configs"] = jinja2.pass_context(
+        lambda context, tls, tls_dir: federation.scrape_configs(context.parent, tls, tls_dir)
     )
     # The rule pack: DCGM metric names from the field registry (a rename is one edit there),
     # model facts and PromQL helpers (deployer/rule_pack.py), and the dcgm job's relabelling of

@@ -27,8 +27,21 @@ from deployer.lab.gpusim.models import hardware_for
 from deployer.yamlsrc import SourceDict, load_yaml_file
 
 DEFAULT_TOPOLOGY = Path(__file__).with_name("topologies") / "default.yml"
-KNOWN_GROUPS = ("gpu", "prometheus", "alertmanager", "thanos_query", "metrics_store")
-MONITORING_GROUPS = ("prometheus", "alertmanager", "thanos_query", "metrics_store")
+KNOWN_GROUPS = (
+    "gpu",
+    "prometheus",
+    "alertmanager",
+    "thanos_query",
+    "metrics_store",
+    "prometheus_global",
+)
+MONITORING_GROUPS = (
+    "prometheus",
+    "alertmanager",
+    "thanos_query",
+    "metrics_store",
+    "prometheus_global",
+)
 GPU_MODELS = tuple(SIMULATED_MODELS)
 HOST_VARS = ("cluster", "rack", "slurm_partition", "scrape_tier")
 # Host names become veth names (``vb-<name>``, 15 characters at most) and hostnames.

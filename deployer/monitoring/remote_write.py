@@ -30,7 +30,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from deployer.monitoring import file_sd
+from deployer.monitoring import federation, file_sd
 
 # Prometheus' duration units (model.ParseDuration).
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
@@ -172,8 +172,16 @@ def remote_write_configs(variables: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def writes_to_store(variables: Mapping[str, Any]) -> bool:
+    """Whether this replica remote-writes to the store (status expects its queues then)."""
+    return _enabled(variables)
+
+
 def _enabled(variables: Mapping[str, Any]) -> bool:
-    return file_sd.truthy(variables["prometheus_remote_write_enabled"])
+    # federation only (gpumon_global_tier), or a replica of the global pair: no remote write
+    return file_sd.truthy(variables["prometheus_remote_write_enabled"]) and (
+        federation.remote_write_on(variables)
+    )
 
 
 def remote_write_section(variables: Mapping[str, Any]) -> dict[str, Any]:

@@ -126,32 +126,56 @@ def layout(variables: Mapping[str, Any]) -> tuple[dict[str, str], str]:
 
 
 # The last assignments computed, with the hostvars object they were computed from (kept, so its
-# id is not reused): every replica's file_sd of every sharded job asks for the same assignment,
-# and 100,000 hosts x 50 shards is seconds of hashing.
-_MEMO: list[tuple[Any, tuple[str, ...], str, tuple[str, ...], dict[str, str]]] = []
+# id is not reused), as each shard's hosts: every replica's file_sd of every sharded job asks for
+# its shard's part of the same assignment, and 100,000 hosts x 50 shards is seconds of hashing;
+# filtering the whole host list once per shard and job made every shard's file_sd together
+# grow with hosts x shards (shards grow with hosts: quadratic), a partition made once does not.
+_MEMO: list[tuple[Any, tuple[str, ...], str, tuple[str, ...], dict[str, list[str]]]] = []
 _MEMO_SIZE = 4
 
 
-def _cached_host_shards(
+def _cached_partition(
     hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]], names: tuple[str, ...], by: str
-) -> dict[str, str]:
+) -> dict[str, list[str]]:
+    """shard -> its hosts, in the order of ``hosts``."""
     key = tuple(hosts)
     for hv, n, b, k, got in _MEMO:
         if hv is hostvars and n == names and b == by and k == key:
             return got
     with collector_paused():
-        got = host_shards(key, hostvars, names, by)
+        of_host = _assigned(key, hostvars, names, by)
+        got: dict[str, list[str]] = {name: [] for name in names}
+        for h in key:
+            got[of_host[h]].append(h)
     _MEMO.insert(0, (hostvars, names, by, key, got))
     del _MEMO[_MEMO_SIZE:]
     return got
+
+
+# Each host's shard once per (hostvars, shards, key kind), whichever job's host list asks: the
+# dcgm and node jobs' lists share their GPU hosts, and hashing is hosts x shards blake2b digests.
+_ASSIGNED: list[tuple[Any, tuple[str, ...], str, dict[str, str]]] = []
+
+
+def _assigned(
+    hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]], names: tuple[str, ...], by: str
+) -> dict[str, str]:
+    found = [k for hv, n, b, k in _ASSIGNED if hv is hostvars and n == names and b == by]
+    known: dict[str, str] = found[0] if found else {}
+    if not found:
+        _ASSIGNED.insert(0, (hostvars, names, by, known))
+        del _ASSIGNED[_MEMO_SIZE:]
+    new = [h for h in hosts if h not in known]
+    if new:
+        known.update(host_shards(new, hostvars, names, by))
+    return known
 
 
 def members_of_shard(variables: Mapping[str, Any], hosts: Sequence[str], shard: str) -> list[str]:
     """Those of ``hosts`` (a sharded job's members) that ``shard`` scrapes, in their order."""
     replica_shards, by = layout(variables)
     names = tuple(sorted(set(replica_shards.values())))
-    of_host = _cached_host_shards(hosts, variables["hostvars"], names, by)
-    return [h for h in hosts if of_host[h] == shard]
+    return list(_cached_partition(hosts, variables["hostvars"], names, by).get(shard, ()))
 
 
 def peers(variables: Mapping[str, Any]) -> list[str]:

@@ -112,11 +112,8 @@ def expect(variables_of: VariablesOf) -> StoreExpectation:
     exp.scrape_interval = str(first["prometheus_scrape_interval"])
     if remote_write.auth_enabled(first):
         exp.headers = basic_auth(first["metrics_store_username"], first["metrics_store_password"])
-    hosts = (
-        remote_write.store_hosts(first)
-        if file_sd.truthy(first["prometheus_remote_write_enabled"])
-        else []
-    )
+    # not with gpumon_global_tier: federation (deployer/monitoring/federation.py)
+    hosts = remote_write.store_hosts(first) if remote_write.writes_to_store(first) else []
     queues = {remote_write.store_write_url(first, h): h for h in hosts}
     max_lag = remote_write.seconds(first["prometheus_remote_write_max_lag"])
     for host, v in prom_vars.items():

@@ -9,7 +9,12 @@ product splits the GPU and node targets between the pairs in each pair's file_sd
 - both replicas of shard b stopped: ``status`` fails naming them, shard a still scrapes all of its
   targets and fires PrometheusReplicaDown for them;
 - two GPU hosts added to the inventory and ``targets`` run: no existing target moves to another
-  shard, each new one is in exactly one.
+  shard, each new one is in exactly one;
+- the federation tier (``gpumon_global_tier: both``, the global pair mon01 + mon02): each global
+  replica holds every shard's ``cluster_model:`` records from both replicas of the shard, its
+  global records count each GPU once (the raw federated records twice), and the global view of
+  the store returns each GPU once across the shards; with shard b stopped, the global pair fires
+  PrometheusShardUnreachable for b and its records still hold every GPU of shard a.
 
 The lab is ``<session lab name>-shards`` (its own bridge and subnet), brought up here and taken
 down at the end unless ``GPUMON_LAB_KEEP=1``; ``GPUMON_SHARDS_LAB=<name>`` uses a lab of that
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +44,7 @@ pytestmark = pytest.mark.lab
 TOPOLOGY = Path(__file__).parent / "topologies" / "sharded.yml"
 SHARD_OF = {"prom01": "a", "prom02": "a", "prom03": "b", "prom04": "b"}
 SHARDED_JOBS = ("dcgm", "node")
+GLOBAL_PAIR = ("mon01", "mon02")
 
 
 def bring_up(lab: Lab) -> None:
@@ -63,6 +70,7 @@ def sharded_inventory(lab: Lab, where: Path) -> Path:
     data = yaml.safe_load(lab.inventory_path.read_text())
     for host, shard in SHARD_OF.items():
         data["all"]["hosts"][host]["prometheus_shard"] = shard
+    data["all"].setdefault("vars", {})["gpumon_global_tier"] = "both"
     where.mkdir(parents=True, exist_ok=True)
     link = where / "group_vars"
     if not link.exists():
@@ -127,6 +135,85 @@ def test_status_is_green_and_proves_every_target_is_in_exactly_one_shard(
         f"every target scraped by exactly one shard (job {j})" for j in SHARDED_JOBS
     }
     assert all(r["ok"] for r in rows), rows
+    # the global view (the store both shards write to) returns each GPU once across the shards
+    once = [c for c in data["checks"] if c["check"] == "every GPU once"]
+    assert once and all(c["ok"] for c in once), once
+
+
+def query(url: str, promql: str) -> list[dict[str, Any]]:
+    r = http_fetch(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+    assert r.error is None and r.status == 200, r
+    return r.json()["data"]["result"]
+
+
+def global_urls(lab: Lab) -> dict[str, str]:
+    return {h.name: f"http://{h.address}:9090" for h in lab.hosts if h.name in GLOBAL_PAIR}
+
+
+def settled_split(lab: Lab) -> dict[str, dict[str, set[str]]]:
+    """The shards' split once both replicas of each shard scrape the same, the inventory's hosts
+    only (the replicas take a new targets file one after the other)."""
+    names = {h.name for h in lab.hosts}
+
+    def split() -> dict[str, dict[str, set[str]]] | None:
+        try:
+            got = shard_split(lab)
+        except AssertionError:
+            return None
+        seen = set().union(*(nodes for jobs in got.values() for nodes in jobs.values()))
+        return got if seen <= names else None
+
+    return wait_until("the shards' split settled", split, timeout=150, every=5)
+
+
+def gpus_of(lab: Lab, shard: str | None = None) -> int:
+    split = settled_split(lab) if shard else None
+    return sum(
+        h.gpu_count
+        for h in lab.hosts
+        if "gpu" in h.groups and (split is None or h.name in split[shard]["dcgm"])
+    )
+
+
+def test_the_global_pair_holds_each_shards_records_from_both_of_its_replicas(
+    slab: Lab, deployed: None
+):
+    want = {(SHARD_OF[r], r) for r in SHARD_OF}
+    for name, url in global_urls(slab).items():
+
+        def federated(url: str = url) -> set[tuple[str, str]] | None:
+            got = {(s["metric"].get("shard"), s["metric"].get("replica"))
+                   for s in query(url, "cluster_model:gpus:count")}  # fmt: skip
+            return got if got >= want else None
+
+        # records every evaluation (15s), federated every 30s
+        got = wait_until(f"{name} federating both replicas of each shard", federated, 180, 5)
+        assert got == want, name
+
+
+def test_the_global_records_count_each_gpu_once_across_shards_and_replicas(
+    slab: Lab, deployed: None
+):
+    total = gpus_of(slab)
+    for name, url in global_urls(slab).items():
+
+        def counted(url: str = url) -> bool:
+            got = query(url, "sum(global_cluster:gpus:count)")
+            return bool(got) and float(got[0]["value"][1]) == total
+
+        # (until the records of a replica just restarted or reloaded have settled)
+        wait_until(f"{name} global GPU count {total}", counted, 180, 5)
+        # what it deduplicated: each shard's record once per replica
+        raw = query(url, "sum(cluster_model:gpus:count)")
+        assert float(raw[0]["value"][1]) == 2 * total, name
+        # per model: the lab's models, each host's GPUs once
+        models = {s["metric"]["gpu_model"]: float(s["value"][1])
+                  for s in query(url, "global_cluster_model:gpus:count")}  # fmt: skip
+        want: dict[str, float] = {}
+        for h in slab.hosts:
+            if "gpu" in h.groups:
+                want[h.gpu_model] = want.get(h.gpu_model, 0) + h.gpu_count
+        assert models == want, name
 
 
 def test_the_shards_split_the_hosts_disjointly_and_completely(slab: Lab, deployed: None):
@@ -189,6 +276,7 @@ def test_a_stopped_pair_fails_status_and_fires_in_the_other_shard_which_stays_co
 ):
     down = [h for h, s in SHARD_OF.items() if s == "b"]
     urls = replicas(slab)
+    of_a = gpus_of(slab, "a")
     try:
         for name in down:
             assert slab.ssh(name, "systemctl stop prometheus", timeout=120).returncode == 0
@@ -214,6 +302,24 @@ def test_a_stopped_pair_fails_status_and_fires_in_the_other_shard_which_stays_co
 
         # the rule's default for: 2m, then one evaluation
         wait_until("PrometheusReplicaDown firing in shard a", firing, timeout=240, every=10)
+
+        # the global pair: shard b unreachable (an alert), shard a's GPUs all still counted
+        globals_ = global_urls(slab)
+
+        def shard_b_unreachable() -> bool:
+            r = http_fetch(f"{globals_['mon01']}/api/v1/alerts")
+            alerts = r.json()["data"]["alerts"] if r.status == 200 else []
+            return any(a["labels"].get("alertname") == "PrometheusShardUnreachable"
+                       and a["labels"].get("shard") == "b" and a["state"] == "firing"
+                       for a in alerts)  # fmt: skip
+
+        # federate every 30s, for: 2m, then one evaluation
+        wait_until("PrometheusShardUnreachable{shard=b} firing", shard_b_unreachable, 300, 10)
+        for name, url in globals_.items():
+            got = query(url, "sum(global_cluster:gpus:count)")
+            assert got and float(got[0]["value"][1]) == of_a, (name, got)
+            left = {s["metric"].get("shard") for s in query(url, "cluster_model:gpus:count")}
+            assert left == {"a"}, (name, left)
     finally:
         for name in down:
             slab.ssh(name, "systemctl start prometheus", timeout=120)

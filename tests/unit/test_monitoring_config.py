@@ -191,6 +191,7 @@ def test_rule_files_are_the_rule_pack_directory(planned):
         "/etc/prometheus/rules/gpu-alerts.yml",
         "/etc/prometheus/rules/gpu-recording.yml",
         "/etc/prometheus/rules/meta-alerts.yml",
+        "/etc/prometheus/rules/shard-recording.yml",  # the federation tier's inputs
     ]
 
 
@@ -299,9 +300,9 @@ def test_each_replica_waits_for_ready_before_the_next(planned):
 
 
 def test_site_runs_the_replicas_one_at_a_time():
+    # the shards' replicas, then the federation tier's global pair (deployer/monitoring/federation.py)
     plays = [p for p in load_site(DEFAULT_SITE) if "prometheus" in p.roles]
-    assert len(plays) == 1
-    assert plays[0].serial == 1 and plays[0].hosts == "prometheus"
+    assert [(p.hosts, p.serial) for p in plays] == [("prometheus", 1), ("prometheus_global", 1)]
 
 
 def test_package_install_uses_the_distribution_binaries(tmp_path):

@@ -125,9 +125,11 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 def test_rule_pack_has_gpu_meta_and_recording_templates() -> None:
     assert [t.name for t in templates()] == [
+        "global-federation.yml.j2",
         "gpu-alerts.yml.j2",
         "gpu-recording.yml.j2",
         "meta-alerts.yml.j2",
+        "shard-recording.yml.j2",
     ]
 
 
@@ -156,14 +158,21 @@ def test_prometheus_templating_survives_jinja_rendering(rendered: list[Path]) ->
     assert "{%" not in "".join(p.read_text(encoding="utf-8") for p in rendered)
 
 
+# the shard's levels, and the records at the shard boundary (cluster_model) and the federation
+# tier's global pair's (global_*)
+LEVELS = {"gpu", "node", "cluster", "gpu_hpc_job", "hpc_job", "cluster_model"} | {
+    "global_cluster_model",
+    "global_cluster",
+    "global_shard",
+}
+
+
 def test_recording_rules_are_named_level_metric_operations(rendered: list[Path]) -> None:
     records = rules_of(rendered, "record")
     assert records
     for name in records:
         level, metric, operations = name.split(":")
-        assert (
-            level in {"gpu", "node", "cluster", "gpu_hpc_job", "hpc_job"} and metric and operations
-        ), name
+        assert level in LEVELS and metric and operations, name
 
 
 def test_xid_alerts_use_the_windowed_count_not_the_last_code_gauge(rendered: list[Path]) -> None:

@@ -44,6 +44,33 @@ def test_a_new_shard_takes_hosts_only_from_the_others_and_about_its_share():
     assert abs(len(moved) - len(HOSTS) / 3) < 0.1 * len(HOSTS)
 
 
+def test_a_removed_shard_gives_only_its_own_hosts_to_the_others():
+    before = shards.host_shards(HOSTS, NO_VARS, ["a", "b", "c"])
+    after = shards.host_shards(HOSTS, NO_VARS, ["a", "b"])
+    moved = [h for h in HOSTS if before[h] != after[h]]
+    assert moved == [h for h in HOSTS if before[h] == "c"]
+
+
+def test_a_hosts_shard_is_the_same_whichever_jobs_host_list_asks_first():
+    # one memo of the split serves the node job's list (more hosts) and the dcgm job's
+    v = replica_vars("prom01")
+    gpus = list(v["groups"]["gpu"])
+    every = [*v["groups"]["prometheus"], *gpus]
+    direct = shards.host_shards(every, v["hostvars"], ["a", "b"])
+    for hosts in (every, gpus):
+        for s in ("a", "b"):
+            assert shards.members_of_shard(v, hosts, s) == [h for h in hosts if direct[h] == s]
+
+
+def test_a_jobs_members_follow_a_group_that_changed_since_the_last_call():
+    # members are remembered per groups object (every shard asks for the same), not past a change
+    v = replica_vars("prom01")
+    before = file_sd.members(v, ["gpu", "prometheus"])
+    v["groups"]["gpu"].append("gpu-new")
+    after = file_sd.members(v, ["gpu", "prometheus"])
+    assert after == [*before[: len(v["groups"]["gpu"]) - 1], "gpu-new", *v["groups"]["prometheus"]]
+
+
 def test_hosts_are_balanced_across_shards():
     got = shards.host_shards(HOSTS, NO_VARS, ["s1", "s2", "s3", "s4"])
     counts = [list(got.values()).count(s) for s in ("s1", "s2", "s3", "s4")]
