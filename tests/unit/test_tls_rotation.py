@@ -258,3 +258,17 @@ def test_a_limited_up_does_not_move_the_rotation(tmp_path, monkeypatch):
     result = run_up(monkeypatch, tmp_path, NEW, "--limit", "prom01")
     assert FakeSession.seen == ["widen"] and rotation.step_of(tmp_path) == "widen"
     assert "stays at step 'widen'" in result.output
+
+
+def test_the_dcgm_exporter_web_config_takes_every_accepted_user(tmp_path):
+    from tests.unit.test_gpu_roles import H100, task
+    from tests.unit.test_gpu_roles import planned as gpu_planned
+
+    d = tmp_path / "ca"
+    base = {**H100, "gpumon_tls": True, "gpumon_tls_dir": str(d), "inventory_hostname": "g1"}
+    gpu_planned({**base, "gpumon_basic_auth_password": OLD})
+    material.forget()
+    tasks = gpu_planned({**base, "gpumon_basic_auth_password": NEW})
+    users = yaml.safe_load(task(tasks, "web configuration \\(TLS").args["content"])
+    assert sorted(users["basic_auth_users"]) == ["gpumon", "gpumon-2"]
+    assert ok(users["basic_auth_users"]["gpumon-2"], NEW)
