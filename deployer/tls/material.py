@@ -261,6 +261,9 @@ def _compute(
         "stale_client_password_file": other if settled else "",
         "basic_auth_users": dict(v.accepted),
         "rotation_step": v.step,
+        # The long-term store's own credential (roles victoriametrics and prometheus default
+        # metrics_store_password to it under gpumon_tls): VictoriaMetrics 1.79 takes one user.
+        "store_password": controller_secret(d / "metrics-store-password"),
         "curlrc_content": curlrc,
     }
 

@@ -45,7 +45,7 @@ from tests.integration.labtools import lab_named_by, run_cli, wait_until
 pytestmark = pytest.mark.lab
 
 gpumon = functools.partial(run_cli, timeout=900)
-PORTS = {"dcgm": 9400, "node": 9100, "prometheus": 9090, "alertmanager": 9093}
+PORTS = {"dcgm": 9400, "node": 9100, "prometheus": 9090, "alertmanager": 9093, "store": 8428}
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +122,12 @@ def endpoints(lab: Lab) -> list[str]:
         f"https://{h.address}:{PORTS['alertmanager']}/-/reload"
         for h in hosts_in(lab, "alertmanager")
     ]
+    # VictoriaMetrics 1.79 asks no credentials for /metrics and /health (lib/httpserver), only
+    # for its APIs.
+    urls += [
+        f"https://{h.address}:{PORTS['store']}/api/v1/query?query=up"
+        for h in hosts_in(lab, "metrics_store")
+    ]
     return urls
 
 
@@ -188,8 +194,9 @@ def test_every_target_is_up_on_both_replicas_over_https(tlab, deployed):
         data, err = api_data(http_fetch, f"{url}/api/v1/targets?state=active")
         assert err is None
         assert {t["scrapeUrl"].split(":")[0] for t in data["activeTargets"]} >= {"https"}
-        plain = [t["scrapeUrl"] for t in data["activeTargets"]
-                 if t["scrapeUrl"].startswith("http:") and "8428" not in t["scrapeUrl"]]  # fmt: skip
+        plain = [
+            t["scrapeUrl"] for t in data["activeTargets"] if t["scrapeUrl"].startswith("http:")
+        ]
         assert plain == []
 
 
@@ -351,7 +358,7 @@ def test_a_password_rotation_while_scraping_leaves_no_target_down(
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     took = time.monotonic() - started
     assert "now 'settled'" in proc.stderr, proc.stderr[-2000:]
-    assert watch.gaps == [], (watch.rounds, took, watch.gaps[:20])
+    assert watch.gaps == [], (watch.rounds, took, sorted(set(watch.gaps))[:20])
     assert main_pids(tlab) == before_pids, "no daemon restarted"
     new = in_force(secrets_dir)
     assert (new.username, new.password) == ("gpumon-2", new_password)
@@ -359,7 +366,8 @@ def test_a_password_rotation_while_scraping_leaves_no_target_down(
     ctx = ssl.create_default_context(cadata=new.ca_pem)
     answers = {u: (status_of(u, ctx, new.username, new.password),
                    status_of(u, ctx, old.username, old.password))
-               for u in endpoints(tlab) if not u.endswith(("quit", "reload"))}  # fmt: skip
+               for u in endpoints(tlab)
+               if not u.endswith(("quit", "reload")) and f":{PORTS['store']}/" not in u}  # fmt: skip
     assert {u: a for u, a in answers.items() if a != (200, 401)} == {}
     again = gpumon("up", "-i", str(tlab.inventory_path), *tls_vars, *rotate, "--output", "json",
                    env=env)  # fmt: skip
@@ -381,7 +389,7 @@ def test_a_recreated_ca_while_scraping_leaves_no_target_down(
         proc = gpumon("up", "-i", str(tlab.inventory_path), *tls_vars, env=env, timeout=2400)
         outputs += [proc.stdout, proc.stderr]
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert watch.gaps == [], (watch.rounds, watch.gaps[:20])
+    assert watch.gaps == [], (watch.rounds, sorted(set(watch.gaps))[:20])
     assert main_pids(tlab) == before_pids, "no daemon restarted"
     new_ca = (d / "ca.crt").read_text()
     assert new_ca != old_ca
