@@ -272,3 +272,20 @@ def test_the_dcgm_exporter_web_config_takes_every_accepted_user(tmp_path):
     users = yaml.safe_load(task(tasks, "web configuration \\(TLS").args["content"])
     assert sorted(users["basic_auth_users"]) == ["gpumon", "gpumon-2"]
     assert ok(users["basic_auth_users"]["gpumon-2"], NEW)
+
+
+def test_the_gossip_reads_its_own_copy_of_the_ca_and_a_change_restarts_the_peer(tmp_path):
+    d = tmp_path / "ca"
+    plan(tmp_path, MONITORING_PLAYS, *tls_on(tmp_path))
+    (d / "ca.key").unlink()
+    (d / "ca.crt").unlink()
+    material.forget()
+    widen = plan(tmp_path, MONITORING_PLAYS, *tls_on(tmp_path))
+    copy = find(widen["mon01"], "alertmanager: alertmanager cluster CA")
+    assert copy.args["content"].count("BEGIN CERTIFICATE") == 2
+    assert "restart alertmanager" in copy.notify
+    cluster = json.loads(
+        find(widen["mon01"], "alertmanager: alertmanager cluster TLS").args["content"]
+    )
+    assert cluster["tls_server_config"]["client_ca_file"] == "/etc/alertmanager/tls/cluster-ca.pem"
+    assert cluster["tls_client_config"]["ca_file"] == "/etc/alertmanager/tls/cluster-ca.pem"
