@@ -441,6 +441,30 @@ def test_a_recreated_ca_while_scraping_leaves_no_target_down(
     assert r.stdout.strip() == "1", "the old CA is no longer trusted"
 
 
+def test_upgrade_driver_silences_over_https_and_expires_the_silences(
+    tlab, deployed, tls_vars, env, outputs, secrets_dir, tmp_path
+):
+    gpu = hosts_in(tlab, "gpu")[0].name
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    proc = gpumon("upgrade-driver", "-i", str(tlab.inventory_path), *tls_vars, "--to", "595",
+                  "--limit", gpu, "--drain", "none", "--output", "json",
+                  env={**env, "GPUMON_ROLLOUT_STATE_DIR": str(runs)}, timeout=1500)  # fmt: skip
+    outputs += [proc.stdout, proc.stderr]
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    host = json.loads(proc.stdout)["hosts"][gpu]
+    assert host["state"] == "done" and len(host["silence_ids"]) == 2, host
+    client = in_force(secrets_dir)
+    use_tls(client)
+    am = hosts_in(tlab, "alertmanager")[0]
+    for sid in host["silence_ids"]:
+        resp = http_fetch(f"https://{am.address}:9093/api/v2/silence/{sid}")
+        assert resp.status == 200, resp.why()
+        silence = json.loads(resp.body)
+        assert silence["status"]["state"] == "expired", silence["status"]
+        assert gpu in json.dumps(silence["matchers"])
+
+
 def test_no_secret_reaches_an_output_a_journal_or_a_readable_file(
     tlab, deployed, secrets_dir, outputs, passwords
 ):
