@@ -133,3 +133,11 @@ def test_the_backup_asks_the_store_over_https_with_the_ca(tmp_path):
     text = script.args.get("content") or script.args.get("src_content", "")
     assert 'store="https://127.0.0.1:8428"' in text
     assert "--cacert /etc/gpumon/tls/ca.pem" in text
+
+
+def test_the_store_key_is_written_after_the_package_creates_its_user(tmp_path):
+    names = list(on(tmp_path)["mon01"])
+    assert names.index("victoria-metrics OS package") < names.index("victoriametrics TLS directory")
+    assert names.index(
+        "victoriametrics private key and certificate (one file, 0640, never shown)"
+    ) < names.index("victoria-metrics running")
