@@ -383,6 +383,8 @@ def test_a_password_rotation_while_scraping_leaves_no_target_down(
         outputs += [proc.stdout, proc.stderr]
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     took = time.monotonic() - started
+    print(f"password rotation: up {took:.0f}s, {len(watch.rounds)} watch rounds, "
+          f"longest down {watch.longest_down()}")  # fmt: skip
     assert "now 'settled'" in proc.stderr, proc.stderr[-2000:]
     assert watch.gaps == [], (len(watch.rounds), took, sorted(set(watch.gaps))[:20])
     assert main_pids(tlab) == before_pids, "no daemon restarted"
@@ -419,6 +421,7 @@ def test_a_recreated_ca_while_scraping_leaves_no_target_down(
     # trust widens and when it narrows (roles/alertmanager). Nothing else restarts, and no
     # target is down longer than one scrape interval (15 s, plus the watch's 3 s period).
     longest = watch.longest_down()
+    print(f"CA rotation: {len(watch.rounds)} watch rounds, longest down {longest}")
     assert {k: v for k, v in longest.items() if ":9093/" not in k} == {}, (
         len(watch.rounds), sorted(set(watch.gaps))[:20])  # fmt: skip
     assert {k: v for k, v in longest.items() if v > 18} == {}
