@@ -289,3 +289,42 @@ def test_the_gossip_reads_its_own_copy_of_the_ca_and_a_change_restarts_the_peer(
     )
     assert cluster["tls_server_config"]["client_ca_file"] == "/etc/alertmanager/tls/cluster-ca.pem"
     assert cluster["tls_client_config"]["ca_file"] == "/etc/alertmanager/tls/cluster-ca.pem"
+
+
+def own_ca(tmp_path: Path, name: str) -> list[str]:
+    """-e settings of a CA of one's own (made here with the product's CA code) for prom01."""
+    d = tmp_path / name
+    authority = ca.ensure_ca(d, name)
+    issued = ca.issue_host(authority, d, "prom01", ["prom01"], days=30, renew_days=5)
+    (d / "prom01.pem").write_text(issued.cert_pem)
+    key = d / "prom01-key.pem"
+    key.write_text(issued.key_pem)
+    key.chmod(0o600)
+    return [
+        f"gpumon_tls_ca_cert={d / 'ca.crt'}",
+        f"gpumon_tls_cert={d / 'prom01.pem'}",
+        f"gpumon_tls_private_key={key}",
+    ]
+
+
+def test_an_own_ca_replaced_keeps_the_host_on_its_old_certificate_until_clients_trust_both(
+    tmp_path,
+):
+    plays = "- name: Prometheus\n  hosts: prom01\n  roles: [prometheus]\n"
+    first = own_ca(tmp_path, "one")
+    plan(tmp_path, plays, *tls_on(tmp_path), *first)
+    old_cert = (tmp_path / "one" / "prom01.pem").read_text()
+    second = own_ca(tmp_path, "two")
+    material.forget()
+    widen = plan(tmp_path, plays, *tls_on(tmp_path), *second)
+    served = find(widen["prom01"], "prometheus: prometheus private key and certificate")
+    assert old_cert in served.args["content"]
+    bundle = find(widen["prom01"], "prometheus: the tier's CA certificate").args["content"]
+    assert bundle.count("BEGIN CERTIFICATE") == 2
+    rotation.advance(tmp_path / "ca")
+    material.forget()
+    switch = plan(tmp_path, plays, *tls_on(tmp_path), *second)
+    served = find(switch["prom01"], "prometheus: prometheus private key and certificate")
+    assert (tmp_path / "two" / "prom01.pem").read_text() in served.args["content"]
+    stat_ = (tmp_path / "ca" / "served" / "prom01.pem").stat()
+    assert stat.S_IMODE(stat_.st_mode) == 0o600
