@@ -25,9 +25,13 @@ from deployer.errors import InputError
 from deployer.facts import HostFacts
 from deployer.gpu import preflight
 from deployer.inventory import group_map
+from deployer.report import write_json
+from deployer.results import RunReport
 from deployer.rollout.options import RolloutOptions
 from deployer.secrets import mask_text
 from deployer.session import DeploySession, RunOptions
+from deployer.tls import material as tls_material
+from deployer.tls import rotation
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
@@ -178,6 +182,21 @@ def _tags(text: str) -> frozenset[str]:
     return frozenset(t.strip() for t in text.split(",") if t.strip())
 
 
+def merged(reports: list[RunReport]) -> RunReport:
+    """One report of an ``up``'s passes: every host's tasks of every pass, in order."""
+    if len(reports) == 1:
+        return reports[0]
+    out = RunReport(check_mode=reports[0].check_mode, started=reports[0].started)
+    for r in reports:
+        for name, h in r.hosts.items():
+            mine = out.host(name)
+            mine.tasks += h.tasks
+            mine.unreachable = mine.unreachable or h.unreachable
+            mine.failed = mine.failed or h.failed
+        out.finished = r.finished
+    return out
+
+
 @cli.command()
 @inventory_options
 @converge_options
@@ -207,25 +226,46 @@ def up(
 ) -> None:
     """Converge every selected host to the state its roles describe (a loaded NVIDIA driver is
     never changed: see upgrade-driver and --out-of-service)."""
-    session = DeploySession.load(
-        RunOptions(
-            inventory=inventory,
-            limit=limit,
-            extra_vars=list(extra_vars),
-            tags=_tags(tags),
-            skip_tags=_tags(skip_tags),
-            site=site,
-            roles_path=list(roles_path),
+    options = RunOptions(
+        inventory=inventory,
+        limit=limit,
+        extra_vars=list(extra_vars),
+        tags=_tags(tags),
+        skip_tags=_tags(skip_tags),
+        site=site,
+        roles_path=list(roles_path),
+    )
+    whole = limit is None and not tags and not skip_tags and not check_mode
+    reports = []
+    # A rotation of gpumon_tls' credential or CA (deployer/tls/rotation.py) takes one pass per
+    # step, each begun only after the pass before converged every host.
+    for _ in range(1 + len(rotation.STEPS)):
+        report = DeploySession.load(options).converge(
+            check=check_mode,
+            diff=diff,
+            forks=forks,
+            out_of_service=out_of_service,
+            allow_ha_degraded=allow_ha_degraded,
         )
-    )
-    report = session.converge(
-        check=check_mode,
-        diff=diff,
-        forks=forks,
-        json_output=output == "json",
-        out_of_service=out_of_service,
-        allow_ha_degraded=allow_ha_degraded,
-    )
+        reports.append(report)
+        under_way = [d for d in rotation.directories() if rotation.step_of(d) != rotation.SETTLED]
+        if not under_way:
+            break
+        if not (whole and report.ok):
+            for d in under_way:
+                print(f"NOTE gpumon_tls: the rotation in {d} stays at step "
+                      f"{rotation.step_of(d)!r}; it moves on with an up of every host "
+                      "(no --limit, --tags or --check) that fails nowhere", file=sys.stderr)  # fmt: skip
+            break
+        for d in under_way:
+            print(f"NOTE gpumon_tls: rotation in {d}: step {rotation.step_of(d)!r} done "
+                  f"on every host, now {rotation.advance(d)!r}", file=sys.stderr)  # fmt: skip
+        tls_material.forget()
+        if all(rotation.step_of(d) == rotation.SETTLED for d in under_way):
+            break
+    report = merged(reports)
+    if output == "json":
+        write_json(report, sys.stdout)
     sys.exit(report.exit_code)
 
 

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from deployer.monitoring import federation, file_sd
+from deployer.tls import material as tls_material
 
 # Prometheus' duration units (model.ParseDuration).
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
@@ -162,6 +163,9 @@ def remote_write_configs(variables: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "write_relabel_configs": [{"action": "labeldrop", "regex": replica_label}],
                 "queue_config": dict(queue),
             }
+            if entry["url"].startswith("https://"):
+                # gpumon_tls: the store serves the tier's certificate (role victoriametrics).
+                entry["tls_config"] = {"ca_file": tls_material.HOST_CA_FILE}
             if auth_enabled(variables):
                 entry["basic_auth"] = {
                     "username": str(variables["metrics_store_username"]),

@@ -166,9 +166,9 @@ def sans_of(cert: x509.Certificate) -> tuple[list[str], list[str]]:
     return dns, ips
 
 
-def _signed_by(cert: x509.Certificate, ca: Authority) -> bool:
+def _signed_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
     try:
-        cert.verify_directly_issued_by(ca.cert)
+        cert.verify_directly_issued_by(issuer)
     except (ValueError, TypeError, InvalidSignature):
         return False
     return True
@@ -180,11 +180,15 @@ def needs_issue(
     names: list[str],
     renew_days: int,
     now: dt.datetime | None = None,
+    also_signed_by: x509.Certificate | None = None,
 ) -> str | None:
-    """Why the host's certificate must be issued again, or None when it is good."""
+    """Why the host's certificate must be issued again, or None when it is good. A certificate of
+    ``also_signed_by`` counts as good too (the old CA, while clients trust both: rotation.py)."""
     if cert is None:
         return "missing"
-    if not _signed_by(cert, ca):
+    if not _signed_by(cert, ca.cert) and not (
+        also_signed_by is not None and _signed_by(cert, also_signed_by)
+    ):
         return "not signed by this CA"
     if sans_of(cert) != split_names(names):
         return "its names changed"
@@ -203,6 +207,7 @@ def issue_host(
     days: int,
     renew_days: int,
     now: dt.datetime | None = None,
+    also_signed_by: x509.Certificate | None = None,
 ) -> Issued:
     """``host``'s certificate and key, issued (or issued again) when :func:`needs_issue` says."""
     if renew_days >= days:
@@ -216,7 +221,7 @@ def issue_host(
     if cert_path.exists() and key_path.exists():
         current = x509.load_pem_x509_certificate(cert_path.read_bytes())
         key_bytes = read_private(key_path)
-        if needs_issue(current, ca, names, renew_days, now) is None:
+        if needs_issue(current, ca, names, renew_days, now, also_signed_by) is None:
             return Issued(
                 cert_path.read_text(), key_bytes.decode(), current.not_valid_after_utc, False
             )

@@ -26,6 +26,12 @@ def verifies(password: str, hashed: str) -> bool:
         return False
 
 
+def new_hash(password: str) -> str:
+    if not password:
+        raise ValueError("an empty password has no hash")
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(COST)).decode()
+
+
 def password_hash(password: str, record: Path) -> str:
     """The hash of ``password`` kept in ``record``: the one there when it verifies, else a new one
     (written 0600)."""
@@ -35,7 +41,7 @@ def password_hash(password: str, record: Path) -> str:
         kept = read_private(record).decode().strip()
         if verifies(password, kept):
             return kept
-    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(COST)).decode()
+    hashed = new_hash(password)
     record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_private(record, (hashed + "\n").encode(), 0o600)
     return hashed

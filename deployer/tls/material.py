@@ -25,12 +25,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+
 from deployer.booleans import truthy
 from deployer.controller_secrets import controller_secret, default_dir
 from deployer.errors import InputError
 from deployer.secrets import register_secret
 from deployer.tls import ca as ca_mod
-from deployer.tls.hashing import password_hash
+from deployer.tls import rotation
 
 # Host paths every role shares: the CA clients verify with, and curl's client config (the CA and
 # the user:password) for the roles' own on-host probes (wait_for, readiness of HA peers, reloads).
@@ -121,19 +123,41 @@ def _password(variables: Mapping[str, Any], directory: Path) -> str:
     return controller_secret(directory / "basic-auth-password")
 
 
-def client(variables: Mapping[str, Any]) -> dict[str, Any] | None:
-    """What a client of the tier needs on the controller (the CA's PEM, user, password), or None
-    when the switch is off."""
-    if not enabled(variables):
-        return None
+def _desired_ca(variables: Mapping[str, Any], host: str, d: Path) -> str:
+    if variables.get("gpumon_tls_ca_cert"):
+        return _pem_or_path(variables["gpumon_tls_ca_cert"], host, "gpumon_tls_ca_cert", False)
+    return ca_mod.ensure_ca(d).cert_pem
+
+
+def rotation_view(variables: Mapping[str, Any]) -> rotation.View:
+    """The step of the credential's and CA's rotation (deployer/tls/rotation.py) for what the
+    inventory asks now."""
     host = str(variables.get("inventory_hostname", "?"))
     d = tls_dir(variables)
-    if variables.get("gpumon_tls_ca_cert"):
-        ca_pem = _pem_or_path(variables["gpumon_tls_ca_cert"], host, "gpumon_tls_ca_cert", False)
-    else:
-        ca_pem = ca_mod.ensure_ca(d).cert_pem
-    username = str(variables.get("gpumon_basic_auth_username") or "gpumon")
-    return {"ca_pem": ca_pem, "username": username, "password": _password(variables, d)}
+    base = str(variables.get("gpumon_basic_auth_username") or "gpumon")
+    if ":" in base:
+        raise InputError(
+            f"host {host}: gpumon_basic_auth_username must not contain ':'",
+            key="gpumon_basic_auth_username",
+        )
+    return rotation.view(d, base, _password(variables, d), _desired_ca(variables, host, d))
+
+
+def client(variables: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a client of the tier needs on the controller (the CA bundle clients trust now, the
+    user and password clients send now), or None when the switch is off."""
+    if not enabled(variables):
+        return None
+    v = rotation_view(variables)
+    return {"ca_pem": v.ca_bundle, "username": v.client.username, "password": v.client.password}
+
+
+def forget() -> None:
+    """Drop what this process computed (after a rotation moved a step: the next pass renders the
+    next step)."""
+    with _LOCK:
+        _CACHE.clear()
+    rotation.forget()
 
 
 def host_tls(variables: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,52 +180,90 @@ def host_tls(variables: Mapping[str, Any]) -> dict[str, Any]:
         return out
 
 
+def _own(variables: Mapping[str, Any], host: str, d: Path, v: rotation.View) -> tuple[str, str]:
+    """The user's certificate and key for ``host``: the ones given, except while a change of CA
+    is only widened, when the host keeps presenting the one it had (recorded 0600 in
+    ``served/<host>.pem`` on the controller, beside the product's own host keys)."""
+    missing = [k for k in ("gpumon_tls_cert", "gpumon_tls_private_key") if not variables.get(k)]
+    if missing:
+        raise InputError(
+            f"host {host}: gpumon_tls_ca_cert is set, so {' and '.join(missing)} must be too "
+            "(your own certificates), or unset gpumon_tls_ca_cert for the product's CA",
+            key=missing[0],
+        )
+    cert_pem = _pem_or_path(variables["gpumon_tls_cert"], host, "gpumon_tls_cert", False)
+    key_pem = _pem_or_path(
+        variables["gpumon_tls_private_key"], host, "gpumon_tls_private_key", True
+    )
+    if "PRIVATE KEY" not in key_pem:
+        raise InputError(
+            f"host {host}: gpumon_tls_private_key holds no private key",
+            key="gpumon_tls_private_key",
+        )
+    register_secret(key_pem)
+    served = d / "served" / f"{host}.pem"
+    given_ca = rotation.normal_pem(
+        _pem_or_path(variables["gpumon_tls_ca_cert"], host, "gpumon_tls_ca_cert", False)
+    )
+    if v.serving_ca != given_ca and served.exists():
+        kept = ca_mod.read_private(served).decode()
+        register_secret(kept)
+        cut = kept.index("-----BEGIN CERTIFICATE")
+        return kept[cut:], kept[:cut]
+    record = (key_pem + cert_pem).encode()
+    if not served.exists() or ca_mod.read_private(served) != record:
+        served.parent.mkdir(mode=0o700, exist_ok=True)
+        ca_mod.write_private(served, record, 0o600)
+    return cert_pem, key_pem
+
+
 def _compute(
     variables: Mapping[str, Any], host: str, d: Path, names: list[str], days: int, renew: int
 ) -> dict[str, Any]:
+    v = rotation_view(variables)
     if variables.get("gpumon_tls_ca_cert"):
-        missing = [k for k in ("gpumon_tls_cert", "gpumon_tls_private_key") if not variables.get(k)]
-        if missing:
-            raise InputError(
-                f"host {host}: gpumon_tls_ca_cert is set, so {' and '.join(missing)} must be too "
-                "(your own certificates), or unset gpumon_tls_ca_cert for the product's CA",
-                key=missing[0],
-            )
-        ca_pem = _pem_or_path(variables["gpumon_tls_ca_cert"], host, "gpumon_tls_ca_cert", False)
-        cert_pem = _pem_or_path(variables["gpumon_tls_cert"], host, "gpumon_tls_cert", False)
-        key_pem = _pem_or_path(
-            variables["gpumon_tls_private_key"], host, "gpumon_tls_private_key", True
-        )
-        if "PRIVATE KEY" not in key_pem:
-            raise InputError(
-                f"host {host}: gpumon_tls_private_key holds no private key",
-                key="gpumon_tls_private_key",
-            )
+        cert_pem, key_pem = _own(variables, host, d, v)
     else:
         authority = ca_mod.ensure_ca(d)
-        issued = ca_mod.issue_host(authority, d, host, names, days=days, renew_days=renew)
-        ca_pem, cert_pem, key_pem = authority.cert_pem, issued.cert_pem, issued.key_pem
+        # While a new CA is only widened (clients trust both), a host keeps its certificate of
+        # the old one; it presents one of the new CA from the switch on.
+        keep = None
+        if v.retiring_ca is not None and v.serving_ca != rotation.normal_pem(authority.cert_pem):
+            keep = x509.load_pem_x509_certificate(v.serving_ca.encode())
+        issued = ca_mod.issue_host(
+            authority, d, host, names, days=days, renew_days=renew, also_signed_by=keep
+        )
+        cert_pem, key_pem = issued.cert_pem, issued.key_pem
     register_secret(key_pem)
-    c = client(variables)
-    assert c is not None
-    hashed = password_hash(c["password"], d / "basic-auth-password.bcrypt")
+    cred = v.client
     curlrc = (
         "# Managed by gpumon-deploy: curl's client config for the tier's TLS and basic auth\n"
         f'cacert = "{HOST_CA_FILE}"\n'
-        f'user = "{c["username"]}:{c["password"]}"\n'
+        f'user = "{cred.username}:{cred.password}"\n'
     )
+    settled = v.step in (rotation.SETTLED, "narrow")
+    other = "client-password" + rotation.SECOND_SUFFIX if cred.slot == 1 else "client-password"
     return {
         "enabled": True,
         "scheme": "https",
         "curl_opts": f"-K {HOST_CURLRC}",
         "ca_file": HOST_CA_FILE,
         "curlrc": HOST_CURLRC,
-        "ca_pem": ca_pem,
+        "ca_pem": v.ca_bundle,
         "cert_pem": cert_pem,
         "key_pem": key_pem,
-        "username": c["username"],
-        "password": c["password"],
-        "password_hash": hashed,
+        "username": cred.username,
+        "password": cred.password,
+        # The clients' password file of the credential they send (its slot's name: a rotation
+        # changes the user name and the file in one reload), and the other slot's, removed once
+        # no client reads it ("" while a rotation is under way).
+        "client_password_file": cred.password_file,
+        "stale_client_password_file": other if settled else "",
+        "basic_auth_users": dict(v.accepted),
+        "rotation_step": v.step,
+        # The long-term store's own credential (roles victoriametrics and prometheus default
+        # metrics_store_password to it under gpumon_tls): VictoriaMetrics 1.79 takes one user.
+        "store_password": controller_secret(d / "metrics-store-password"),
         "curlrc_content": curlrc,
     }
 
@@ -216,5 +278,5 @@ def web_config(material: Mapping[str, Any], directory: str) -> dict[str, Any]:
             "key_file": f"{directory}/server.pem",
             "min_version": MIN_VERSION,
         },
-        "basic_auth_users": {material["username"]: material["password_hash"]},
+        "basic_auth_users": dict(material["basic_auth_users"]),
     }

@@ -10,7 +10,11 @@ With the switch on, one ``up`` from whatever the lab runs:
   file others can read;
 - a renewal of every certificate (``gpumon_tls_renew_days`` above the lifetime left) restarts no
   daemon (exporter-toolkit reads the certificate per connection), the servers present the new
-  certificates, and no target of either replica goes down meanwhile.
+  certificates, and no target of either replica goes down meanwhile;
+- a new basic-auth password, and a re-created CA, each rotated by one ``up`` (three passes:
+  deployer/tls/rotation.py) while both replicas scrape: no target of either replica is ever
+  down, no daemon restarts, the old credential and CA are refused afterwards, and the ``up``
+  after it changes nothing.
 
 At the end the lab is converged back without TLS (the other modules run on plain HTTP).
 While developing, ``GPUMON_TLS_LAB=<name>`` runs it on a lab of that name that is already up.
@@ -35,13 +39,13 @@ from cryptography import x509
 
 from deployer.lab import Lab
 from deployer.monitoring.http import ClientTLS, api_data, http_fetch, use_tls
-from deployer.tls import ca
+from deployer.tls import ca, rotation
 from tests.integration.labtools import lab_named_by, run_cli, wait_until
 
 pytestmark = pytest.mark.lab
 
 gpumon = functools.partial(run_cli, timeout=900)
-PORTS = {"dcgm": 9400, "node": 9100, "prometheus": 9090, "alertmanager": 9093}
+PORTS = {"dcgm": 9400, "node": 9100, "prometheus": 9090, "alertmanager": 9093, "store": 8428}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +55,12 @@ def tlab(request: pytest.FixtureRequest) -> Lab:
 
 @pytest.fixture(scope="module")
 def secrets_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("tls")
+    name = os.environ.get("GPUMON_TLS_LAB")
+    if name:  # a lab kept up between runs keeps its CA and credential
+        d = Path(f"/var/tmp/gpumon-tls-lab-{name}")
+        d.mkdir(mode=0o700, exist_ok=True)
+    else:
+        d = tmp_path_factory.mktemp("tls")
     d.chmod(0o700)
     return d
 
@@ -73,7 +82,13 @@ def outputs() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def deployed(tlab: Lab, tls_vars, env, outputs, secrets_dir) -> Iterator[ClientTLS]:
+def passwords() -> list[str]:
+    """Every basic-auth password this module put in force (checked for at the end)."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def deployed(tlab: Lab, tls_vars, env, outputs, secrets_dir, passwords) -> Iterator[ClientTLS]:
     proc = gpumon("up", "-i", str(tlab.inventory_path), *tls_vars, env=env)
     outputs += [proc.stdout, proc.stderr]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -81,6 +96,7 @@ def deployed(tlab: Lab, tls_vars, env, outputs, secrets_dir) -> Iterator[ClientT
     client = ClientTLS(
         (d / "ca.crt").read_text(), "gpumon", (d / "basic-auth-password").read_text().strip()
     )
+    passwords.append(client.password)
     use_tls(client)
     yield client
     use_tls(None)
@@ -110,6 +126,12 @@ def endpoints(lab: Lab) -> list[str]:
     urls += [
         f"https://{h.address}:{PORTS['alertmanager']}/-/reload"
         for h in hosts_in(lab, "alertmanager")
+    ]
+    # VictoriaMetrics 1.79 asks no credentials for /metrics and /health (lib/httpserver), only
+    # for its APIs.
+    urls += [
+        f"https://{h.address}:{PORTS['store']}/api/v1/query?query=up"
+        for h in hosts_in(lab, "metrics_store")
     ]
     return urls
 
@@ -177,8 +199,9 @@ def test_every_target_is_up_on_both_replicas_over_https(tlab, deployed):
         data, err = api_data(http_fetch, f"{url}/api/v1/targets?state=active")
         assert err is None
         assert {t["scrapeUrl"].split(":")[0] for t in data["activeTargets"]} >= {"https"}
-        plain = [t["scrapeUrl"] for t in data["activeTargets"]
-                 if t["scrapeUrl"].startswith("http:") and "8428" not in t["scrapeUrl"]]  # fmt: skip
+        plain = [
+            t["scrapeUrl"] for t in data["activeTargets"] if t["scrapeUrl"].startswith("http:")
+        ]
         assert plain == []
 
 
@@ -266,14 +289,202 @@ def test_a_renewal_of_every_certificate_restarts_nothing_and_leaves_no_gap(
     assert gaps == []
 
 
-def test_no_secret_reaches_an_output_a_journal_or_a_readable_file(
-    tlab, deployed, secrets_dir, outputs
+class ScrapeWatch:
+    """Both replicas' targets every 3 s while an ``up`` runs: what was ever not up, and for how
+    long. Its own client sends the credential in force at each round and trusts ``cas`` and the
+    CA on disk."""
+
+    def __init__(self, lab: Lab, secrets_dir: Path, cas: str = "") -> None:
+        self.lab, self.secrets_dir, self.cas = lab, secrets_dir, cas
+        self.gaps: list[str] = []
+        self.rounds: list[tuple[float, set[str]]] = []  # (when, "replica scrapeUrl" not up)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.watch, daemon=True)
+
+    def watch(self) -> None:
+        while not self.stop.is_set():
+            down: set[str] = set()
+            try:
+                use_tls(in_force(self.secrets_dir, self.cas))
+                for host, url in replicas(self.lab).items():
+                    _, bad = targets_down(url)
+                    self.gaps.extend(f"{host}: {d}" for d in bad)
+                    down |= {f"{host} {d.split()[0]}" for d in bad}
+            except (AssertionError, OSError, ValueError) as exc:
+                self.gaps.append(f"the watch itself: {exc}")
+                down.add("the watch itself")
+            self.rounds.append((time.monotonic(), down))
+            self.stop.wait(3)
+
+    def longest_down(self) -> dict[str, float]:
+        """Per target seen down: the longest time from a round that saw it down to the next
+        round that saw it up."""
+        out: dict[str, float] = {}
+        keys = set().union(*(d for _, d in self.rounds)) if self.rounds else set()
+        for key in keys:
+            since = None
+            for when, down in self.rounds:
+                if key in down and since is None:
+                    since = when
+                elif key not in down and since is not None:
+                    out[key] = max(out.get(key, 0.0), when - since)
+                    since = None
+            if since is not None:
+                out[key] = float("inf")
+        return out
+
+    def __enter__(self) -> ScrapeWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(20)  # more than one scrape interval (15 s) after the last file changed
+        self.stop.set()
+        self.thread.join(30)
+
+
+def status_of(url: str, ctx: ssl.SSLContext, user: str | None, password: str | None) -> int:
+    req = urllib.request.Request(url)
+    if user is not None:
+        import base64
+
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        req.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def in_force(secrets_dir: Path, cas: str = "") -> ClientTLS:
+    """The client of the credential the controller has in force, trusting ``cas`` and the CA."""
+    cred = rotation.in_force(secrets_dir / "ca")
+    assert cred is not None
+    try:
+        bundle = cas + (secrets_dir / "ca" / "ca.crt").read_text()
+    except FileNotFoundError:  # a CA being re-created
+        bundle = cas
+    return ClientTLS(bundle, cred["username"], cred["password"])
+
+
+def test_a_password_rotation_while_scraping_leaves_no_target_down(
+    tlab, deployed, tls_vars, env, outputs, secrets_dir, passwords
 ):
-    password = deployed.password
+    before_pids = main_pids(tlab)
+    old = in_force(secrets_dir)
+    new_password = "rotated-" + os.urandom(12).hex()
+    passwords.append(new_password)
+    rotate = ["-e", f"gpumon_basic_auth_password={new_password}"]
+    started = time.monotonic()
+    with ScrapeWatch(tlab, secrets_dir) as watch:
+        proc = gpumon("up", "-i", str(tlab.inventory_path), *tls_vars, *rotate, env=env,
+                      timeout=2400)  # fmt: skip
+        outputs += [proc.stdout, proc.stderr]
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    took = time.monotonic() - started
+    print(f"password rotation: up {took:.0f}s, {len(watch.rounds)} watch rounds, "
+          f"longest down {watch.longest_down()}")  # fmt: skip
+    assert "now 'settled'" in proc.stderr, proc.stderr[-2000:]
+    assert watch.gaps == [], (len(watch.rounds), took, sorted(set(watch.gaps))[:20])
+    assert main_pids(tlab) == before_pids, "no daemon restarted"
+    new = in_force(secrets_dir)
+    assert (new.username, new.password) == ("gpumon-2", new_password)
+    use_tls(new)
+    ctx = ssl.create_default_context(cadata=new.ca_pem)
+    answers = {u: (status_of(u, ctx, new.username, new.password),
+                   status_of(u, ctx, old.username, old.password))
+               for u in endpoints(tlab)
+               if not u.endswith(("quit", "reload")) and f":{PORTS['store']}/" not in u}  # fmt: skip
+    assert {u: a for u, a in answers.items() if a != (200, 401)} == {}
+    again = gpumon("up", "-i", str(tlab.inventory_path), *tls_vars, *rotate, "--output", "json",
+                   env=env)  # fmt: skip
+    outputs += [again.stdout, again.stderr]
+    changed = {h: r["counts"]["changed"] for h, r in json.loads(again.stdout)["hosts"].items()}
+    assert set(changed.values()) == {0}, changed
+    tls_vars += rotate  # the rest of the module runs with the new password
+
+
+def test_a_recreated_ca_while_scraping_leaves_no_target_down(
+    tlab, deployed, tls_vars, env, outputs, secrets_dir
+):
+    before_pids = main_pids(tlab)
+    d = secrets_dir / "ca"
+    old_ca = (d / "ca.crt").read_text()
+    (d / "ca.key").unlink()
+    (d / "ca.crt").unlink()
+    with ScrapeWatch(tlab, secrets_dir, old_ca) as watch:
+        proc = gpumon("up", "-i", str(tlab.inventory_path), *tls_vars, env=env, timeout=2400)
+        outputs += [proc.stdout, proc.stderr]
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # Alertmanager's gossip reads its CAs at start: each peer restarts, one at a time, when the
+    # trust widens and when it narrows (roles/alertmanager). Nothing else restarts, and no
+    # target is down longer than one scrape interval (15 s, plus the watch's 3 s period).
+    longest = watch.longest_down()
+    print(f"CA rotation: {len(watch.rounds)} watch rounds, longest down {longest}")
+    assert {k: v for k, v in longest.items() if ":9093/" not in k} == {}, (
+        len(watch.rounds), sorted(set(watch.gaps))[:20])  # fmt: skip
+    assert {k: v for k, v in longest.items() if v > 18} == {}
+    after = main_pids(tlab)
+    assert {k: v for k, v in after.items() if not k.endswith("/alertmanager")} == {
+        k: v for k, v in before_pids.items() if not k.endswith("/alertmanager")
+    }, "nothing but the Alertmanager peers restarted"
+    new_ca = (d / "ca.crt").read_text()
+    assert new_ca != old_ca
+    client = in_force(secrets_dir)
+    use_tls(client)
+    prom = hosts_in(tlab, "prometheus")[0]
+    gpu = hosts_in(tlab, "gpu")[0]
+    for host in (prom, gpu):
+        port = 9090 if host is prom else 9400
+        served_serial(host.address, port, new_ca)  # verified by the new CA alone
+        with pytest.raises(ssl.SSLCertVerificationError):
+            served_serial(host.address, port, old_ca)
+    r = tlab.ssh(prom.name, "grep -c 'BEGIN CERTIFICATE' /etc/gpumon/tls/ca.pem")
+    assert r.stdout.strip() == "1", "the old CA is no longer trusted"
+
+
+def test_upgrade_driver_silences_over_https_and_expires_the_silences(
+    tlab, deployed, tls_vars, env, outputs, secrets_dir, tmp_path
+):
+    gpu = hosts_in(tlab, "gpu")[0].name
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    # From the driver test_upgrade_driver.py starts from (the lab's default may be the target).
+    base = gpumon("up", "-i", str(tlab.inventory_path), *tls_vars, "--limit", gpu,
+                  "-e", "nvidia_driver_version=580.65.06", "-e", "nvidia_driver_reboot=if_required",
+                  "--out-of-service", env=env)  # fmt: skip
+    outputs += [base.stdout, base.stderr]
+    assert base.returncode == 0, base.stderr[-3000:]
+    proc = gpumon("upgrade-driver", "-i", str(tlab.inventory_path), *tls_vars, "--to", "595",
+                  "--limit", gpu, "--drain", "none", "--output", "json",
+                  env={**env, "GPUMON_ROLLOUT_STATE_DIR": str(runs)}, timeout=1500)  # fmt: skip
+    outputs += [proc.stdout, proc.stderr]
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    host = json.loads(proc.stdout)["hosts"][gpu]
+    assert host["state"] == "done" and len(host["silence_ids"]) == 2, host
+    client = in_force(secrets_dir)
+    use_tls(client)
+    am = hosts_in(tlab, "alertmanager")[0]
+    matchers = []
+    for sid in host["silence_ids"]:
+        resp = http_fetch(f"https://{am.address}:9093/api/v2/silence/{sid}")
+        assert resp.status == 200, resp.why()
+        silence = json.loads(resp.body)
+        assert silence["status"]["state"] == "expired", silence["status"]
+        matchers.append(json.dumps(silence["matchers"]))
+    # one silence by node name, one by the exporters' instance address
+    assert any(gpu in m for m in matchers), matchers
+    assert any(hosts_in(tlab, "gpu")[0].address.split(".")[-1] in m for m in matchers), matchers
+
+
+def test_no_secret_reaches_an_output_a_journal_or_a_readable_file(
+    tlab, deployed, secrets_dir, outputs, passwords
+):
     ca_key = (secrets_dir / "ca" / "ca.key").read_text()
     key_line = ca_key.splitlines()[1]  # the key's first base64 line
     assert (secrets_dir / "ca" / "ca.key").stat().st_mode & 0o077 == 0
-    assert [o for o in outputs if password in o or key_line in o] == []
+    assert [o for o in outputs if key_line in o or any(p in o for p in passwords)] == []
     found = {}
     for h in tlab.hosts:
         r = tlab.ssh(
@@ -281,7 +492,7 @@ def test_no_secret_reaches_an_output_a_journal_or_a_readable_file(
             "journalctl --no-pager -q 2>/dev/null | grep -cF -f /dev/stdin;"
             " find /etc /var/log /run /tmp /var/lib/gpumon -xdev -type f -perm -o=r 2>/dev/null"
             " | xargs -r grep -lF -f /dev/stdin 2>/dev/null; true",
-            input=password + "\n",
+            input="".join(p + "\n" for p in passwords),
             timeout=120,
         )
         k = tlab.ssh(h.name, "grep -rlF -f /dev/stdin /etc /root /var/lib /tmp 2>/dev/null; true",

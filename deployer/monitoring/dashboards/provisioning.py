@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from deployer.monitoring.dashboards.scope import Scope
+from deployer.tls import material as tls_material
 
 
 def _text(variables: Mapping[str, Any], key: str) -> str:
@@ -24,9 +25,21 @@ def _text(variables: Mapping[str, Any], key: str) -> str:
 
 def datasources(scope: Scope, variables: Mapping[str, Any]) -> dict[str, Any]:
     """``provisioning/datasources/gpumon.yaml``: every product datasource, read-only in the UI
-    (``editable: false``), the global view the default."""
+    (``editable: false``), the global view the default.
+
+    With ``gpumon_tls`` the replicas and the product's Thanos Query are reached over HTTPS,
+    verified with the tier's CA (``jsonData.tlsAuthWithCACert`` and ``secureJsonData.tlsCACert``)
+    and with the tier's basic-auth credential unless ``grafana_datasource_basic_auth_user`` names
+    another (https://grafana.com/docs/grafana/latest/administration/provisioning/, data sources'
+    jsonData ``tlsAuthWithCACert`` and secureJsonData ``tlsCACert``, ``basicAuthPassword``;
+    Grafana is rendered only here, docs/unverified.md has no row: the fields are Grafana's
+    documented ones). A global view
+    the inventory names (``grafana_global_view_url``) gets the CA when it is an https URL, and
+    only the account the inventory gives."""
     user = _text(variables, "grafana_datasource_basic_auth_user")
     password = _text(variables, "grafana_datasource_basic_auth_password")
+    tier = tls_material.client(variables)
+    given_global = bool(_text(variables, "grafana_global_view_url"))
     out = []
     for ds in scope.datasources:
         entry: dict[str, Any] = {
@@ -43,10 +56,21 @@ def datasources(scope: Scope, variables: Mapping[str, Any]) -> dict[str, Any]:
                 "httpMethod": "POST",
             },
         }
+        secure: dict[str, str] = {}
+        ours = ds.kind == "replica" or not given_global
         if user:
             entry["basicAuth"] = True
             entry["basicAuthUser"] = user
-            entry["secureJsonData"] = {"basicAuthPassword": password}
+            secure["basicAuthPassword"] = password
+        elif tier is not None and ours:
+            entry["basicAuth"] = True
+            entry["basicAuthUser"] = tier["username"]
+            secure["basicAuthPassword"] = tier["password"]
+        if tier is not None and ds.url.startswith("https://"):
+            entry["jsonData"]["tlsAuthWithCACert"] = True
+            secure["tlsCACert"] = tier["ca_pem"]
+        if secure:
+            entry["secureJsonData"] = secure
         out.append(entry)
     return {"apiVersion": 1, "datasources": out}
 

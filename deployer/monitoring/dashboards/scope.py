@@ -15,6 +15,7 @@ from typing import Any
 
 from deployer.errors import InputError
 from deployer.roles import DEFAULT_ROLES, load_role
+from deployer.tls import material as tls_material
 
 # MIG: a GPU host whose ``gpu_mig`` host variable is set (a list of GPU instance profiles, or a
 # mapping GPU index -> profiles, as the lab topology writes it), or whose DeepOps-style
@@ -228,6 +229,7 @@ def datasources_of(variables: Mapping[str, Any], prom: Mapping[str, Any]) -> tup
     ``thanos_query`` group when there is one) and one datasource per Prometheus replica."""
     hostvars = variables["hostvars"]
     out: list[Datasource] = []
+    scheme = tls_material.scheme(variables)  # gpumon_tls: the replicas and Query serve HTTPS
     url = str(variables["grafana_global_view_url"] or "")
     if not url:
         query_hosts = list(variables["groups"].get(variables["grafana_thanos_query_group"], []))
@@ -236,7 +238,7 @@ def datasources_of(variables: Mapping[str, Any], prom: Mapping[str, Any]) -> tup
             # Only a Thanos Query the thanos_query role deploys (auto without an archive: none).
             if _truthy(thanos["thanos_active"]):
                 port = int(thanos["thanos_query_http_port"])
-                url = f"http://{_address(hostvars, query_hosts[0])}:{port}"
+                url = f"{scheme}://{_address(hostvars, query_hosts[0])}:{port}"
     if url:
         out.append(Datasource(GLOBAL_UID, "gpumon global view", url, "global"))
     port = int(prom["prometheus_port"])
@@ -245,7 +247,7 @@ def datasources_of(variables: Mapping[str, Any], prom: Mapping[str, Any]) -> tup
             Datasource(
                 replica_uid(host),
                 f"gpumon replica {host}",
-                f"http://{_address(hostvars, host)}:{port}",
+                f"{scheme}://{_address(hostvars, host)}:{port}",
                 "replica",
             )
         )
