@@ -159,7 +159,9 @@ def scrape_configs(
         job["tls_config"] = {"ca_file": tls["ca_file"]}
         job["basic_auth"] = {
             "username": str(tls["username"]),
-            "password_file": f"{tls_dir}/client-password",
+            # the credential slot clients send now (deployer/tls/rotation.py): during a
+            # rotation it is client-password-2, and the user and file move together
+            "password_file": f"{tls_dir}/{tls['client_password_file']}",
         }
     job["static_configs"] = groups
     return [job]

@@ -172,3 +172,40 @@ def test_status_expects_the_shards_store_queues_only_when_they_remote_write(tmp_
     exp = load_expectation(tmp_path / "inventory.yml")
     assert [w.host for w in exp.store.writers] == ["prom01", "prom02", "prom03", "prom04"]
     assert {len(w.queues) for w in exp.store.writers} == {queues}
+
+
+def _federate_and_alerting(session: DeploySession, host: str) -> tuple[dict, dict]:
+    config = yaml.safe_load(written(session, host)["/etc/prometheus/prometheus.yml"])
+    job = next(j for j in config["scrape_configs"] if j["job_name"] == "federate")
+    return job, config["alerting"]["alertmanagers"][0]
+
+
+def test_under_tls_the_federate_job_sends_the_credential_the_rotation_has_clients_send(
+    tmp_path: Path,
+):
+    from deployer.tls import material, rotation
+
+    tls = ["gpumon_tls=true", f"gpumon_tls_dir={tmp_path / 'ca'}"]
+
+    def plan_with(password: str) -> DeploySession:
+        material.forget()
+        (tmp_path / "inventory.yml").write_text(INVENTORY.format(mode="both", globals_=GLOBALS))
+        shutil.copy(REPO / "site.yml", tmp_path / "site.yml")
+        extra = [*tls, f"gpumon_basic_auth_password={password}"]
+        return DeploySession.load(
+            RunOptions(
+                inventory=tmp_path / "inventory.yml", site=tmp_path / "site.yml", extra_vars=extra
+            )
+        )
+
+    try:
+        job, am = _federate_and_alerting(plan_with("old-password-1234"), "glob01")
+        assert job["scheme"] == "https" and job["tls_config"] == am["tls_config"]
+        assert job["basic_auth"] == am["basic_auth"]
+        plan_with("new-password-5678")  # widen: clients still send the old credential
+        assert rotation.advance(tmp_path / "ca") == "switch"
+        job, am = _federate_and_alerting(plan_with("new-password-5678"), "glob01")
+        assert job["basic_auth"] == am["basic_auth"]
+        assert job["basic_auth"]["password_file"].endswith("/client-password-2")
+    finally:
+        material.forget()
