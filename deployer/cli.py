@@ -25,6 +25,7 @@ from deployer.errors import InputError
 from deployer.facts import HostFacts
 from deployer.gpu import preflight
 from deployer.inventory import group_map
+from deployer.monitoring import handoff
 from deployer.report import write_json
 from deployer.results import RunReport
 from deployer.rollout.options import RolloutOptions
@@ -238,8 +239,10 @@ def up(
     whole = limit is None and not tags and not skip_tags and not check_mode
     reports = []
     # A rotation of gpumon_tls' credential or CA (deployer/tls/rotation.py) takes one pass per
-    # step, each begun only after the pass before converged every host.
-    for _ in range(1 + len(rotation.STEPS)):
+    # step, a re-shard (deployer/monitoring/handoff.py) one more: each pass begun only after the
+    # pass before converged every host.
+    for _ in range(2 + len(rotation.STEPS)):
+        handoff.forget()
         report = DeploySession.load(options).converge(
             check=check_mode,
             diff=diff,
@@ -248,10 +251,15 @@ def up(
             allow_ha_degraded=allow_ha_degraded,
         )
         reports.append(report)
+        settled = whole and report.ok
+        handed_over = handoff.handing_over()
+        if settled:
+            handoff.settle()
+        elif handed_over:
+            print("NOTE re-shard: the shards' replicas scrape both layouts' hosts until an up of "
+                  "every host (no --limit, --tags or --check) fails nowhere", file=sys.stderr)  # fmt: skip
         under_way = [d for d in rotation.directories() if rotation.step_of(d) != rotation.SETTLED]
-        if not under_way:
-            break
-        if not (whole and report.ok):
+        if not settled:
             for d in under_way:
                 print(f"NOTE gpumon_tls: the rotation in {d} stays at step "
                       f"{rotation.step_of(d)!r}; it moves on with an up of every host "
@@ -260,8 +268,12 @@ def up(
         for d in under_way:
             print(f"NOTE gpumon_tls: rotation in {d}: step {rotation.step_of(d)!r} done "
                   f"on every host, now {rotation.advance(d)!r}", file=sys.stderr)  # fmt: skip
+        if handed_over:
+            print("NOTE re-shard: every replica scrapes the new layout's hosts; now the old "
+                  "owners let go of the hosts that moved", file=sys.stderr)  # fmt: skip
         tls_material.forget()
-        if all(rotation.step_of(d) == rotation.SETTLED for d in under_way):
+        rotating = any(rotation.step_of(d) != rotation.SETTLED for d in under_way)
+        if not rotating and not handed_over:
             break
     report = merged(reports)
     if output == "json":

@@ -38,3 +38,19 @@ def lab() -> Iterator[Lab]:
     yield the_lab
     if os.environ.get("GPUMON_LAB_KEEP") != "1":
         the_lab.down()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shard_layout_records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Re-shard records (deployer/monitoring/handoff.py) of this test session only: a layout
+    recorded by an earlier session, or by a user of this machine, never hands over here. Every
+    ``gpumon-deploy`` a test starts inherits it."""
+    from deployer.monitoring import handoff
+
+    before = os.environ.get(handoff.RECORD_DIR_ENV)
+    os.environ[handoff.RECORD_DIR_ENV] = str(tmp_path_factory.mktemp("shard-records"))
+    yield
+    if before is None:
+        os.environ.pop(handoff.RECORD_DIR_ENV, None)
+    else:
+        os.environ[handoff.RECORD_DIR_ENV] = before

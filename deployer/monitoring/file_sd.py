@@ -24,7 +24,7 @@ from typing import Any
 
 from deployer.booleans import truthy
 from deployer.memory import collector_paused
-from deployer.monitoring import shards
+from deployer.monitoring import handoff, shards
 
 JOBS = ("dcgm", "node", "prometheus", "alertmanager", "thanos-sidecar", "victoriametrics")
 
@@ -115,11 +115,25 @@ def job_members(variables: Mapping[str, Any], job: str) -> list[str]:
 
 def _own_shard(variables: Mapping[str, Any], hosts: list[str]) -> list[str]:
     """The hosts of a GPU/node job this replica's shard scrapes (all of them when the tier is
-    not sharded: deployer/monitoring/shards.py)."""
+    not sharded: deployer/monitoring/shards.py), and while a re-shard hands over
+    (deployer/monitoring/handoff.py) also those its shard scraped in the recorded layout."""
     shard = variables.get(shards.SHARD_VAR)
+    replica_shards, by = shards.layout(variables)
     if shard in (None, ""):
+        handoff.previous(variables, handoff.Layout(handoff.UNSHARDED, by))
         return hosts
-    return shards.members_of_shard(variables, hosts, str(shard))
+    now = shards.members_of_shard(variables, hosts, str(shard))
+    names = tuple(sorted(set(replica_shards.values())))
+    old = handoff.previous(variables, handoff.Layout(names, by))
+    if old is None:
+        return now
+    if old.names == handoff.UNSHARDED:  # every replica scraped every host
+        return hosts
+    if str(shard) not in old.names:  # a new shard: it takes over, it hands nothing over
+        return now
+    before = shards.partition(hosts, variables["hostvars"], old.names, old.by)[str(shard)]
+    keep = set(now).union(before)
+    return [h for h in hosts if h in keep]
 
 
 def job_hosts(variables: Mapping[str, Any]) -> dict[str, list[str]]:

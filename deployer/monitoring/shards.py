@@ -171,6 +171,13 @@ def _assigned(
     return known
 
 
+def partition(
+    hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]], names: Sequence[str], by: str
+) -> dict[str, list[str]]:
+    """shard -> its hosts among ``hosts`` (in their order) under the layout ``names``/``by``."""
+    return _cached_partition(hosts, hostvars, tuple(names), by)
+
+
 def members_of_shard(variables: Mapping[str, Any], hosts: Sequence[str], shard: str) -> list[str]:
     """Those of ``hosts`` (a sharded job's members) that ``shard`` scrapes, in their order."""
     replica_shards, by = layout(variables)

@@ -1,0 +1,131 @@
+"""Re-sharding without a blind spot: a target that moves to another shard is scraped by its new
+owner before its old owner lets it go.
+
+The controller records the shard layout (the shard names and the key kind, ``prometheus_shard_by``)
+that the last whole, clean ``up`` converged, in ``prometheus_shard_record`` (default: a JSON file
+per tier under ``$GPUMON_SHARD_RECORD_DIR``, else ``$XDG_STATE_HOME/gpumon-deploy/shards/``). When the inventory asks for another
+layout, ``up`` converges in two passes (deployer/cli.py), the second begun only after the first
+converged every host with no failure:
+
+- *hand over*: each replica of a shard scrapes the hosts the new layout gives it **and** those the
+  recorded layout gave it, so every replica only gains targets and none is dropped;
+- *settle*: the new layout is recorded, and the second pass renders each replica's own hosts
+  alone: the old owners let go of the moved hosts, which their new owners already scrape.
+
+No record (the first ``up``) hands nothing over: nothing was scraped before. An ``up`` with
+``--limit``, ``--tags`` or ``--check``, or one that failed somewhere, keeps the old record, so the
+next whole ``up`` hands over again. A pair is still never restarted with its partner down
+(``serial: 1`` and the HA peers of deployer/monitoring/shards.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deployer.errors import InputError
+
+RECORD_VAR = "prometheus_shard_record"
+RECORD_DIR_ENV = "GPUMON_SHARD_RECORD_DIR"
+FORMAT = 1
+#: the layout of a tier that is not sharded: one pair, every replica scrapes every host
+UNSHARDED = ("",)
+
+
+@dataclass(frozen=True)
+class Layout:
+    names: tuple[str, ...]
+    by: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "shards": list(self.names), "by": self.by}
+
+
+_LOCK = threading.Lock()
+#: record path -> the layout read from it (None: no record), for this planning pass
+_READ: dict[Path, Layout | None] = {}
+#: record path -> the layout the inventory asks for now, seen while planning this pass
+_WANTED: dict[Path, Layout] = {}
+
+
+def record_dir() -> Path:
+    """``$GPUMON_SHARD_RECORD_DIR``, else ``$XDG_STATE_HOME/gpumon-deploy/shards``."""
+    given = os.environ.get(RECORD_DIR_ENV)
+    if given:
+        return Path(given)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "gpumon-deploy" / "shards"
+
+
+def default_record(variables: Mapping[str, Any]) -> Path:
+    """One record per tier: the replicas' group and their cluster."""
+    tier = f"{variables.get('prometheus_group', 'prometheus')}-{variables.get('cluster') or 'tier'}"
+    return record_dir() / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', tier)}.json"
+
+
+def record_path(variables: Mapping[str, Any]) -> Path:
+    given = variables.get(RECORD_VAR)
+    return Path(str(given)).expanduser() if given else default_record(variables)
+
+
+def _read(path: Path) -> Layout | None:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"{path}: the shard layout record cannot be read: {exc}", key=RECORD_VAR
+        ) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise InputError(f"{path}: not a shard layout record of this release", key=RECORD_VAR)
+    return Layout(tuple(str(n) for n in data.get("shards", ())), str(data.get("by", "host")))
+
+
+def previous(variables: Mapping[str, Any], wanted: Layout) -> Layout | None:
+    """The recorded layout when it differs from ``wanted`` (the replicas then hand over), else
+    None. Remembers ``wanted`` for :func:`settle`."""
+    path = record_path(variables)
+    with _LOCK:
+        if path not in _READ:
+            _READ[path] = _read(path)
+        _WANTED[path] = wanted
+        recorded = _READ[path]
+    return recorded if recorded is not None and recorded != wanted else None
+
+
+def handing_over() -> list[Path]:
+    """The records whose layout this pass handed over from (a second pass must settle them)."""
+    with _LOCK:
+        return [p for p, want in _WANTED.items() if _READ.get(p) not in (None, want)]
+
+
+def settle() -> list[Path]:
+    """After a whole, clean pass: record the layout every replica now has; returns the records
+    that changed. Written by rename (never half-written), 0644 in a 0700 directory."""
+    changed = []
+    with _LOCK:
+        for path, want in _WANTED.items():
+            if _READ.get(path) == want:
+                continue
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            staged = path.with_name(f".{path.name}.tmp")
+            staged.write_text(json.dumps(want.as_json(), indent=1) + "\n")
+            staged.replace(path)
+            changed.append(path)
+        _READ.clear()
+        _WANTED.clear()
+    return changed
+
+
+def forget() -> None:
+    """Drop what this process read and saw (the next pass plans from the records anew)."""
+    with _LOCK:
+        _READ.clear()
+        _WANTED.clear()

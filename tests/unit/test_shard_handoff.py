@@ -1,0 +1,183 @@
+"""Re-sharding without a blind spot (deployer/monitoring/handoff.py): while the layout changes,
+every replica keeps the hosts its shard had and takes the hosts its shard gets; the next pass,
+after the first converged every host, lets go of the hosts that moved."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from deployer import cli
+from deployer.errors import InputError
+from deployer.monitoring import handoff
+from deployer.results import RunReport
+from deployer.session import DeploySession, RunOptions
+
+REPO = Path(__file__).resolve().parents[2]
+GPUS = [f"gpu{i:02d}" for i in range(1, 25)]
+LOAD = DeploySession.load  # the real one: the up tests below stand a fake in for it
+
+
+def inventory(shards: dict[str, str], by: str = "host") -> str:
+    hosts = "\n".join(
+        f"    {g}: {{ansible_host: 192.0.2.{10 + i}, rack: r{i % 3}}}" for i, g in enumerate(GPUS)
+    )
+    replicas = "\n".join(
+        f"    {r}: {{ansible_host: 198.51.100.{10 + i}"
+        + (f", prometheus_shard: {s}}}" if s else "}")
+        for i, (r, s) in enumerate(shards.items())
+    )
+    return (
+        f"all:\n  vars: {{cluster: c1, prometheus_shard_by: {by}}}\n  hosts:\n{hosts}\n{replicas}\n"
+        "  children:\n"
+        f"    gpu: {{hosts: {{{', '.join(f'{g}: {{}}' for g in GPUS)}}}}}\n"
+        f"    prometheus: {{hosts: {{{', '.join(f'{r}: {{}}' for r in shards)}}}}}\n"
+    )
+
+
+PLAYS = """
+- name: Prometheus
+  hosts: prometheus
+  serial: 1
+  roles: [prometheus]
+"""
+
+TWO = {"prom01": "a", "prom02": "a", "prom03": "b", "prom04": "b"}
+THREE = {**TWO, "prom05": "c", "prom06": "c"}
+ONE_PAIR = {"prom01": "", "prom02": ""}
+
+
+@pytest.fixture(autouse=True)
+def _records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(handoff.RECORD_DIR_ENV, str(tmp_path / "records"))
+    handoff.forget()
+    yield
+    handoff.forget()
+
+
+def dcgm_hosts(tmp_path: Path, shards: dict[str, str], by: str = "host") -> dict[str, set[str]]:
+    """replica -> the GPU hosts its dcgm file_sd lists, as one planning pass renders them."""
+    handoff.forget()
+    (tmp_path / "inventory.yml").write_text(inventory(shards, by))
+    (tmp_path / "site.yml").write_text(PLAYS)
+    session = LOAD(RunOptions(inventory=tmp_path / "inventory.yml", site=tmp_path / "site.yml"))
+    out = {}
+    for plan in session.plans:
+        for play in plan.plays:
+            for t in play.tasks:
+                if str(t.args.get("dest", "")).endswith("/dcgm.json"):
+                    groups = json.loads(t.args["content"])
+                    out[plan.host] = {g["labels"]["node"] for g in groups}
+    return out
+
+
+def converged(tmp_path: Path, shards: dict[str, str], by: str = "host") -> dict[str, set[str]]:
+    """One whole, clean pass: what it rendered, then its layout recorded."""
+    got = dcgm_hosts(tmp_path, shards, by)
+    handoff.settle()
+    return got
+
+
+def test_the_first_up_records_the_layout_and_hands_nothing_over(tmp_path):
+    got = dcgm_hosts(tmp_path, TWO)
+    assert handoff.handing_over() == []
+    assert got["prom01"] == got["prom02"] and got["prom01"].isdisjoint(got["prom03"])
+    assert handoff.settle() and dcgm_hosts(tmp_path, TWO) == got
+
+
+def test_a_new_shard_takes_its_hosts_while_the_old_owners_keep_them_one_pass(tmp_path):
+    before = converged(tmp_path, TWO)
+    during = dcgm_hosts(tmp_path, THREE)
+    assert handoff.handing_over()
+    c = during["prom05"]
+    assert c and during["prom06"] == c
+    assert during["prom01"] == before["prom01"]  # a keeps all it had, c's included
+    assert during["prom03"] == before["prom03"]
+    handoff.settle()
+    after = dcgm_hosts(tmp_path, THREE)
+    assert after["prom05"] == c
+    assert after["prom01"] == before["prom01"] - c and after["prom03"] == before["prom03"] - c
+    assert set().union(*after.values()) == set(GPUS)
+    assert handoff.handing_over() == []
+
+
+def test_during_the_hand_over_every_host_is_scraped_by_its_old_and_its_new_shard(tmp_path):
+    before = converged(tmp_path, THREE)
+    during = dcgm_hosts(tmp_path, THREE, by="rack")
+    handoff.settle()
+    after = dcgm_hosts(tmp_path, THREE, by="rack")
+    for replica, hosts in during.items():
+        assert hosts == before[replica] | after[replica]
+    moved = {h for r in after for h in after[r] - before[r]}
+    assert moved  # by rack moves some hosts
+
+
+def test_a_removed_shard_s_hosts_go_to_the_shards_that_stay_in_the_first_pass(tmp_path):
+    converged(tmp_path, THREE)
+    during = dcgm_hosts(tmp_path, TWO)
+    assert during["prom01"] | during["prom03"] == set(GPUS)
+
+
+def test_from_one_pair_to_shards_every_replica_scrapes_every_host_for_one_pass(tmp_path):
+    converged(tmp_path, ONE_PAIR)
+    during = dcgm_hosts(tmp_path, TWO)
+    assert all(hosts == set(GPUS) for hosts in during.values())
+    handoff.settle()
+    after = dcgm_hosts(tmp_path, TWO)
+    assert after["prom01"] != set(GPUS)
+
+
+def test_an_unreadable_record_is_refused_naming_it(tmp_path):
+    converged(tmp_path, TWO)
+    record = next((tmp_path / "records").iterdir())
+    record.write_text("{not json")
+    with pytest.raises(InputError, match=str(record)):
+        dcgm_hosts(tmp_path, THREE)
+
+
+# ---------------------------------------------------------------- one up runs both passes
+
+
+class FakeSession:
+    """Stands in for a DeploySession: each converge renders the layout as the role would."""
+
+    passes: list[dict[str, set[str]]] = []
+    fail = False
+    tmp: Path
+    shards: dict[str, str]
+
+    def converge(self, **_: object) -> RunReport:
+        FakeSession.passes.append(dcgm_hosts(FakeSession.tmp, FakeSession.shards))
+        report = RunReport()
+        report.host("prom01").failed = FakeSession.fail
+        return report
+
+
+def run_up(monkeypatch, tmp_path: Path, shards: dict[str, str], *flags: str, fail=False):
+    FakeSession.passes, FakeSession.fail = [], fail
+    FakeSession.tmp, FakeSession.shards = tmp_path, shards
+    monkeypatch.setattr(cli.DeploySession, "load", lambda options: FakeSession())
+    return CliRunner().invoke(cli.cli, ["up", "-i", "inv.yml", *flags])
+
+
+def test_one_up_hands_over_then_lets_go_and_the_next_up_is_one_pass(tmp_path, monkeypatch):
+    converged(tmp_path, TWO)
+    result = run_up(monkeypatch, tmp_path, THREE)
+    assert len(FakeSession.passes) == 2, result.output
+    assert "now the old owners let go" in result.output
+    first, second = FakeSession.passes
+    assert second["prom01"] < first["prom01"]
+    run_up(monkeypatch, tmp_path, THREE)
+    assert len(FakeSession.passes) == 1
+
+
+def test_a_failed_or_limited_up_keeps_handing_over(tmp_path, monkeypatch):
+    before = converged(tmp_path, TWO)
+    result = run_up(monkeypatch, tmp_path, THREE, fail=True)
+    assert len(FakeSession.passes) == 1 and "until an up of every host" in result.output
+    run_up(monkeypatch, tmp_path, THREE, "--limit", "prom01")
+    assert len(FakeSession.passes) == 1
+    assert FakeSession.passes[0]["prom01"] == before["prom01"]  # still both layouts' hosts
