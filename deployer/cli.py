@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -253,6 +254,11 @@ def up(
         reports.append(report)
         settled = whole and report.ok
         handed_over = handoff.handing_over()
+        wait_s = handoff.hand_over_wait_s()
+        if settled and handed_over and not check_mode:
+            print(f"NOTE re-shard: every replica scrapes both layouts' hosts; waiting {wait_s:.0f}s "
+                  "(the longest scrape interval) before the old owners let go", file=sys.stderr)  # fmt: skip
+            time.sleep(wait_s)
         if settled:
             handoff.settle()
         elif handed_over:

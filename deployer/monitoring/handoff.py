@@ -9,8 +9,9 @@ converged every host with no failure:
 
 - *hand over*: each replica of a shard scrapes the hosts the new layout gives it **and** those the
   recorded layout gave it, so every replica only gains targets and none is dropped;
-- *settle*: the new layout is recorded, and the second pass renders each replica's own hosts
-  alone: the old owners let go of the moved hosts, which their new owners already scrape.
+- *settle*: one longest scrape interval later (every new owner has scraped every host it takes),
+  the new layout is recorded, and the second pass renders each replica's own hosts alone: the old
+  owners let go of the moved hosts, which their new owners already scrape.
 
 No record (the first ``up``) hands nothing over: nothing was scraped before. An ``up`` with
 ``--limit``, ``--tags`` or ``--check``, or one that failed somewhere, keeps the old record, so the
@@ -52,6 +53,10 @@ _LOCK = threading.Lock()
 _READ: dict[Path, Layout | None] = {}
 #: record path -> the layout the inventory asks for now, seen while planning this pass
 _WANTED: dict[Path, Layout] = {}
+#: record path -> the longest scrape interval of the replicas planned with it, in seconds
+_INTERVAL_S: dict[Path, float] = {}
+#: after the longest interval, a little more: the replica's file watch and its scrape's jitter
+MARGIN_S = 5.0
 
 
 def record_dir() -> Path:
@@ -92,12 +97,40 @@ def previous(variables: Mapping[str, Any], wanted: Layout) -> Layout | None:
     """The recorded layout when it differs from ``wanted`` (the replicas then hand over), else
     None. Remembers ``wanted`` for :func:`settle`."""
     path = record_path(variables)
+    interval = longest_interval_s(variables)
     with _LOCK:
         if path not in _READ:
             _READ[path] = _read(path)
         _WANTED[path] = wanted
+        _INTERVAL_S[path] = max(_INTERVAL_S.get(path, 0.0), interval)
         recorded = _READ[path]
     return recorded if recorded is not None and recorded != wanted else None
+
+
+def longest_interval_s(variables: Mapping[str, Any]) -> float:
+    """The longest interval a replica scrapes a GPU or node host at: the global one or a tier's
+    (``prometheus_scrape_tiers``)."""
+    from deployer.monitoring.remote_write import seconds
+
+    found = [seconds(variables.get("prometheus_scrape_interval", "15s"))]
+    tiers = variables.get("prometheus_scrape_tiers") or {}
+    if isinstance(tiers, Mapping):
+        found += [
+            seconds(t["interval"])
+            for t in tiers.values()
+            if isinstance(t, Mapping) and t.get("interval")
+        ]
+    return max(found)
+
+
+def hand_over_wait_s() -> float:
+    """How long the replicas need, once the hand-over pass converged, before the old owners may
+    let go: one longest scrape interval (each new owner has scraped each host it takes) and a
+    margin."""
+    with _LOCK:
+        longest = max((_INTERVAL_S.get(p, 0.0) for p, w in _WANTED.items()
+                       if _READ.get(p) not in (None, w)), default=0.0)  # fmt: skip
+    return longest + MARGIN_S if longest else 0.0
 
 
 def handing_over() -> list[Path]:
@@ -121,6 +154,7 @@ def settle() -> list[Path]:
             changed.append(path)
         _READ.clear()
         _WANTED.clear()
+        _INTERVAL_S.clear()
     return changed
 
 
@@ -129,3 +163,4 @@ def forget() -> None:
     with _LOCK:
         _READ.clear()
         _WANTED.clear()
+        _INTERVAL_S.clear()

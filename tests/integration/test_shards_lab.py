@@ -23,8 +23,11 @@ name that is already up with this topology instead.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +40,7 @@ from deployer.lab import Lab
 from deployer.lab.lab import for_lab_name
 from deployer.lab.topology import load_topology
 from deployer.monitoring.http import http_fetch
+from deployer.monitoring.remote_write import seconds
 from tests.integration.labtools import run_cli, wait_until
 
 pytestmark = pytest.mark.lab
@@ -323,3 +327,96 @@ def test_a_stopped_pair_fails_status_and_fires_in_the_other_shard_which_stays_co
     finally:
         for name in down:
             slab.ssh(name, "systemctl start prometheus", timeout=120)
+
+
+# ---------------------------------------------------------------- re-sharding (last: it leaves
+# the layout by rack)
+
+
+def _scrape_time(text: str) -> float | None:
+    """Prometheus' ``lastScrape`` (RFC 3339, nanoseconds) in epoch seconds; None before the first."""
+    if text.startswith("0001-"):
+        return None
+    head, _, frac = text.rstrip("Z").partition(".")
+    stamp = datetime.datetime.fromisoformat(head).replace(tzinfo=datetime.UTC).timestamp()
+    return stamp + (float(f"0.{frac}") if frac else 0.0)
+
+
+class ScrapeWatch(threading.Thread):
+    """Polls every replica's active targets every 2 s; per sharded target (job, node), the longest
+    time any poll saw since its last successful scrape by any replica, and its scrape interval."""
+
+    def __init__(self, urls: dict[str, str]) -> None:
+        super().__init__(daemon=True)
+        self.urls, self.stop = urls, threading.Event()
+        self.last: dict[tuple[str, str], tuple[float, float]] = {}  # -> (last scrape, interval)
+        self.worst: dict[tuple[str, str], tuple[float, float]] = {}  # -> (staleness, interval)
+        self.polls = 0
+
+    def run(self) -> None:
+        while not self.stop.wait(2.0):
+            for url in self.urls.values():
+                r = http_fetch(f"{url}/api/v1/targets?state=active", timeout=5)
+                if r.error is not None or r.status != 200:
+                    continue
+                for t in r.json()["data"]["activeTargets"]:
+                    key = (t["labels"]["job"], t["labels"].get("node", ""))
+                    at = _scrape_time(t.get("lastScrape", "0001-"))
+                    if key[0] not in SHARDED_JOBS or t.get("health") != "up" or at is None:
+                        continue
+                    interval = seconds(t.get("scrapeInterval", "15s"))
+                    if key not in self.last or at > self.last[key][0]:
+                        self.last[key] = (at, interval)
+            now = time.time()
+            for key, (at, interval) in self.last.items():
+                if now - at > self.worst.get(key, (0.0, interval))[0]:
+                    self.worst[key] = (now - at, interval)
+            self.polls += 1
+
+
+def _start_times(urls: dict[str, str]) -> dict[str, float]:
+    out = {}
+    for name, url in urls.items():
+        r = http_fetch(f"{url}/metrics")
+        assert r.error is None and r.status == 200, r
+        line = next(ln for ln in r.body.splitlines() if ln.startswith("process_start_time_seconds"))
+        out[name] = float(line.split()[-1])
+    return out
+
+
+def test_a_reshard_is_one_up_that_leaves_no_target_unscraped_and_restarts_no_replica(
+    slab: Lab, inventory: Path, deployed: None, tmp_path_factory: pytest.TempPathFactory
+):
+    urls = replicas(slab)
+    before = settled_split(slab)
+    started = _start_times(urls)
+    data = yaml.safe_load(inventory.read_text())
+    data["all"]["vars"]["prometheus_shard_by"] = "rack"  # racks r1 and r2 each to one shard
+    where = tmp_path_factory.mktemp("by-rack")
+    (where / "group_vars").symlink_to(slab.inventory_path.parent / "group_vars")
+    by_rack = where / "inventory.yml"
+    by_rack.write_text(yaml.safe_dump(data))
+
+    watch = ScrapeWatch(urls)
+    watch.start()
+    try:
+        proc = run_cli("up", "-i", str(by_rack), timeout=1500)
+    finally:
+        time.sleep(10)  # the second pass' file_sd taken by every replica
+        watch.stop.set()
+        watch.join()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "NOTE re-shard" in proc.stderr
+    print(f"re-shard watch: {watch.polls} polls; worst staleness per target "
+          f"{ {f'{j}/{n}': round(s, 1) for (j, n), (s, _) in sorted(watch.worst.items())} }")  # fmt: skip
+    assert watch.polls > 10
+    # "never unscraped for more than one interval": since its last scrape, at most one interval
+    # passed beyond the one a target waits anyway (and two polls' granularity)
+    gaps = {k: (round(s, 1), i) for k, (s, i) in watch.worst.items() if s > 2 * i + 4}
+    assert gaps == {}, gaps
+    after = settled_split(slab)
+    racks = {h.name: h.vars.get("rack") for h in slab.hosts if "gpu" in h.groups}
+    for shard in ("a", "b"):
+        assert len({racks[g] for g in after[shard]["dcgm"]}) <= 1, after  # a rack stays together
+    assert after != before  # hosts did move
+    assert _start_times(urls) == started  # no replica restarted

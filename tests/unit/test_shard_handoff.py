@@ -156,10 +156,15 @@ class FakeSession:
         return report
 
 
+SLEPT: list[float] = []
+
+
 def run_up(monkeypatch, tmp_path: Path, shards: dict[str, str], *flags: str, fail=False):
     FakeSession.passes, FakeSession.fail = [], fail
     FakeSession.tmp, FakeSession.shards = tmp_path, shards
+    SLEPT.clear()
     monkeypatch.setattr(cli.DeploySession, "load", lambda options: FakeSession())
+    monkeypatch.setattr(cli.time, "sleep", SLEPT.append)
     return CliRunner().invoke(cli.cli, ["up", "-i", "inv.yml", *flags])
 
 
@@ -170,8 +175,10 @@ def test_one_up_hands_over_then_lets_go_and_the_next_up_is_one_pass(tmp_path, mo
     assert "now the old owners let go" in result.output
     first, second = FakeSession.passes
     assert second["prom01"] < first["prom01"]
+    # between the passes: the longest scrape interval (the role's inference tier, 30s) and a margin
+    assert SLEPT == [30 + handoff.MARGIN_S]
     run_up(monkeypatch, tmp_path, THREE)
-    assert len(FakeSession.passes) == 1
+    assert len(FakeSession.passes) == 1 and SLEPT == []
 
 
 def test_a_failed_or_limited_up_keeps_handing_over(tmp_path, monkeypatch):
@@ -179,5 +186,5 @@ def test_a_failed_or_limited_up_keeps_handing_over(tmp_path, monkeypatch):
     result = run_up(monkeypatch, tmp_path, THREE, fail=True)
     assert len(FakeSession.passes) == 1 and "until an up of every host" in result.output
     run_up(monkeypatch, tmp_path, THREE, "--limit", "prom01")
-    assert len(FakeSession.passes) == 1
+    assert len(FakeSession.passes) == 1 and SLEPT == []
     assert FakeSession.passes[0]["prom01"] == before["prom01"]  # still both layouts' hosts
