@@ -100,6 +100,9 @@ class Executor:
         self._hosts: dict[str, HostState] = {}
         self._lock = threading.Lock()
         self._owed_dir: str = self.owed_dir or owed.OWED_DIR
+        # Hosts whose prefetched read was not this executor's first read (read again: one
+        # round trip more each); bench and tests look here, nothing else does.
+        self.prefetch_unused: list[str] = []
 
     def run(
         self,
@@ -180,6 +183,9 @@ class Executor:
         if pre is not None and pre.scripts == tuple(scripts):
             results = list(pre.results)
         else:
+            if pre is not None:
+                with self._lock:
+                    self.prefetch_unused.append(state.name)
             results = batch_run(state.conn(), scripts)
         if first_on_host:
             raw = results.pop(0) or state.conn().run(owed.read_script(self._owed_dir))

@@ -107,6 +107,10 @@ class DeploySession:
         self.facts: dict[str, HostFacts] = {}
         # Hosts' first batched reads, taken with their facts (gather_facts), for the executor.
         self.prefetched: dict[str, Prefetched] = {}
+        # Where the hosts keep their owed handlers: the one directory both the first reads sent
+        # with the facts and every executor of this session read and write (were they to
+        # differ, the executor would find the prefetched read not its own and read again).
+        self.owed_dir: str = owed.OWED_DIR
         # what upgrade-driver recorded on each GPU host (read with the facts; None: nothing)
         self.driver_records: dict[str, driver_record.DriverRecord | None] = {}
         self.unreachable: dict[str, str] = {}
@@ -453,6 +457,7 @@ class DeploySession:
                 events=reporter,
                 allow_ha_degraded=allow_ha_degraded,
                 prefetched=self.prefetched,
+                owed_dir=self.owed_dir,
             )
             with reporter:
                 report = executor.run(self.plans, self.plays, unreachable=self.unreachable)
@@ -473,7 +478,7 @@ class DeploySession:
             return {}
         first = self.plays[0]
         return {
-            p.host: first_read_scripts(p.plays[0], owed.OWED_DIR)[1]
+            p.host: first_read_scripts(p.plays[0], self.owed_dir)[1]
             for p in self.plans
             if p.plays and p.plays[0].play is first
         }
@@ -496,7 +501,9 @@ class DeploySession:
         self.gather_facts(hosts, forks)
         reachable = [h for h in hosts if h not in self.unreachable]
         plans = self.plan_hosts(reachable, plays, self.facts, overrides)
-        executor = Executor(self.pool.get, forks=forks, events=events or NoEvents())
+        executor = Executor(
+            self.pool.get, forks=forks, events=events or NoEvents(), owed_dir=self.owed_dir
+        )
         unreachable = {h: self.unreachable[h] for h in hosts if h in self.unreachable}
         planned = {p.host for p in plans}
         # An unreachable host is reported as such (a plan of no task stands in for it).
