@@ -91,6 +91,32 @@ def test_planning_verdict_judges_the_100000_host_size_only():
     ]
 
 
+def _sysctl_dir(tmp_path, thresh2: int, thresh3: int):
+    d = tmp_path / "neigh"
+    d.mkdir()
+    (d / "gc_thresh2").write_text(f"{thresh2}\n")
+    (d / "gc_thresh3").write_text(f"{thresh3}\n")
+    return d
+
+
+def test_a_thousand_light_hosts_raise_the_arp_table_past_two_entries_per_host(tmp_path):
+    # Debian 12's defaults (512 / 1024) overflowed at about 700 hosts of a 1,000-host fleet.
+    from deployer.lab.light import raise_neighbour_limits
+
+    d = _sysctl_dir(tmp_path, 512, 1024)
+    now = raise_neighbour_limits(1000, sysctl=d)
+    assert now["gc_thresh3"] >= 4000 and now["gc_thresh2"] >= 2000
+    assert int((d / "gc_thresh3").read_text()) == now["gc_thresh3"]
+
+
+def test_light_hosts_never_lower_the_arp_table_limits(tmp_path):
+    from deployer.lab.light import raise_neighbour_limits
+
+    d = _sysctl_dir(tmp_path, 100000, 200000)
+    assert raise_neighbour_limits(10, sysctl=d) == {"gc_thresh2": 100000, "gc_thresh3": 200000}
+    assert (d / "gc_thresh3").read_text() == "200000\n"
+
+
 def _fake_fleet(tmp_path, monkeypatch, sshd_script: str):
     """A light fleet whose network and sshd are stand-ins: ``sshd_script`` is run (no namespace)
     with its output in the host's sshd.log, as the real start does."""
@@ -104,6 +130,7 @@ def _fake_fleet(tmp_path, monkeypatch, sshd_script: str):
         light.network, "ip", lambda *a, check=True: subprocess.CompletedProcess(a, 0, "[]", "")
     )
     monkeypatch.setattr(light.network, "link_exists", lambda name: False)
+    monkeypatch.setattr(light, "raise_neighbour_limits", lambda count: {})
     fake = tmp_path / "sshd"
     fake.write_text(f"#!/bin/sh\n{sshd_script}\n")
     fake.chmod(0o755)
