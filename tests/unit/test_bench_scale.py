@@ -247,3 +247,28 @@ def test_converge_judges_cold_runs_against_mitogen_and_pyinfra():
     text = render(result)
     assert "cold: gpumon-deploy is 2.0x faster than mitogen (target >= 2.5x: MISSED)" in text
     assert "cold: gpumon-deploy is 2.1x faster than pyinfra (target >= 2x: met)" in text
+
+
+def test_ansible_and_mitogen_get_a_connection_timeout_long_enough_for_mitogens_bootstrap(tmp_path):
+    # Ansible's default of 10 s is Mitogen's deadline for starting the remote interpreter: at 10
+    # and 50 light hosts on the loaded 2-core machine every host failed "Connection timed out."
+    import configparser
+
+    from bench import tools
+
+    fleet = tools.Fleet((tools.Target("h1", "10.0.0.1"),), tmp_path / "key", tmp_path / "kh")
+    cfg = configparser.ConfigParser()
+    cfg.read(tools.write_ansible_cfg(fleet, tmp_path))
+    assert int(cfg["defaults"]["timeout"]) >= 60
+
+
+def test_the_files_workload_resets_light_hosts_here_as_its_ssh_reset_would(tmp_path):
+    from bench import tools
+
+    root = tmp_path / "h1"
+    (root / "etc/bench/textfile").mkdir(parents=True)
+    (root / "etc/keep").mkdir()
+    t = tools.Target("h1", "10.0.0.1", vars={"bench_root": str(root)})
+    assert tools.files_reset(t) == f"rm -rf {root}/etc/bench"
+    tools.files_workload().reset_here(t)
+    assert not (root / "etc/bench").exists() and (root / "etc/keep").is_dir()
