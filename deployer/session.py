@@ -40,6 +40,7 @@ from deployer.roles import (  # noqa: F401  (the session's defaults, read from h
     Play,
     load_site,
 )
+from deployer.spans import span
 
 
 @dataclass
@@ -130,7 +131,8 @@ class DeploySession:
         """The inventory loaded and the ``--limit`` hosts selected; with ``plan`` every selected
         host planned (templates checked) for the site's plays ``plays`` selects."""
         extra = inv.parse_extra_vars(options.extra_vars)
-        inventory = inv.load_inventory(options.inventory, extra_vars=extra)
+        with span("load"):
+            inventory = inv.load_inventory(options.inventory, extra_vars=extra)
         # The inventory lives as long as the run: the cyclic GC need not scan it again and again
         # while every host's variables are built (see bench/README.md, "Planning").
         memory.keep_for_the_run()
@@ -169,10 +171,17 @@ class DeploySession:
     def open_connection(self, host: str) -> SSHConnection:
         """A new connection to an inventory host (the pool keeps one per host; a drain host
         that is not converged gets its own)."""
-        return SSHConnection(ssh_target(self.inventory.connection(host)))
+        with span("connect", host):
+            return SSHConnection(ssh_target(self.inventory.connection(host)))
 
     def load_content(self) -> Planner:
         """The site, its roles and their templates, loaded and checked once per session."""
+        if self.planner is None:
+            with span("load"):
+                return self._load_content()
+        return self.planner
+
+    def _load_content(self) -> Planner:
         if self.planner is None:
             site = self.options.site or DEFAULT_SITE
             self.site_plays = load_site(site)
@@ -228,6 +237,16 @@ class DeploySession:
     ) -> list[HostPlan]:
         """The plans of ``hosts`` for those of ``plays`` that apply to them (the site, roles and
         compiled templates loaded once serve every call)."""
+        with span("plan", hosts[0] if len(hosts) == 1 else ""):
+            return self._plan_hosts(hosts, plays, facts, overrides)
+
+    def _plan_hosts(
+        self,
+        hosts: Sequence[str],
+        plays: Sequence[Play],
+        facts: Mapping[str, HostFacts] | None,
+        overrides: Mapping[str, Any],
+    ) -> list[HostPlan]:
         planner = self.load_content()
         wanted = set(hosts)
         per_host: dict[str, list[Play]] = {h: [] for h in hosts}
