@@ -95,6 +95,9 @@ class Executor:
     allow_ha_degraded: bool = False
     # Hosts' first batched reads already taken (with their facts): hostsession.Prefetched.
     prefetched: dict[str, Prefetched] = field(default_factory=dict)
+    # The connections are the caller's (a session's pool that serves later steps: the
+    # rollout's): leave them open at the end of the run instead of closing them.
+    keep_connections: bool = False
 
     def __post_init__(self) -> None:
         self._hosts: dict[str, HostState] = {}
@@ -142,8 +145,9 @@ class Executor:
                     ) as pool:
                         list(pool.map(lambda job: self._run_host_play(*job, report), group))
         finally:
-            for h in self._hosts.values():
-                h.close()
+            if not self.keep_connections:
+                for h in self._hosts.values():
+                    h.close()
             report.finished = time.time()
         return report
 

@@ -110,3 +110,28 @@ def test_the_executor_names_the_hosts_whose_prefetched_read_it_could_not_use(tmp
     )
     executor.run(plans, (PLAY,))
     assert executor.prefetch_unused == ["h1"]
+
+
+class ClosingConnection(LocalConnection):
+    opened: list[str] = []
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.closed = False
+        ClosingConnection.opened.append(name)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_converging_hosts_twice_on_a_session_reuses_its_connections(tmp_path):
+    # The rollout converges each host twice (installing, starting) and then validates it over
+    # the same pool: each converge used to close the pooled connection, and every step after
+    # it paid a new SSH handshake.
+    session = _session(tmp_path, {})
+    ClosingConnection.opened = []
+    session.pool = ConnectionPool(ClosingConnection)
+    for _ in range(2):
+        session.converge_hosts(list(HOSTS), session.plays)
+    assert sorted(ClosingConnection.opened) == sorted(HOSTS)
+    assert not any(c.closed for c in session.pool._conns.values())
