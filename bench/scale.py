@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,23 @@ def _result(
         ],
         "samples": [s.to_json() for s in samples],
     }
+
+
+def merge(result: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with ``earlier``'s samples of the (tool, scenario) pairs it lacks, summarised
+    again; ``merged_from`` names the earlier run."""
+    have = {(s["tool"], s["scenario"]) for s in result["samples"]}
+    extra = [s for s in earlier["samples"] if (s["tool"], s["scenario"]) not in have]
+    samples = [Sample(**s) for s in result["samples"] + extra]
+    out = dict(result)
+    out["samples"] = [s.to_json() for s in samples]
+    out["summaries"] = [s.to_json() for s in summarise(samples)]
+    out["sizes"] = sorted({*result["sizes"], *earlier["sizes"]})
+    out["suspect_runs"] = result["suspect_runs"] + [
+        s for s in earlier["suspect_runs"] if (s["tool"], s["scenario"]) not in have
+    ]
+    out["merged_from"] = {"date": earlier["date"], "command": earlier["command"]}
+    return out
 
 
 def _show(s: Sample) -> None:
@@ -249,8 +267,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workdir", default="/var/cache/gpumon-bench")
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--merge",
+        default=None,
+        help="an earlier run's JSON: its samples of the (tool, size) pairs this run does not "
+        "measure join this result (a run cut short, continued at the sizes it missed)",
+    )
     args = parser.parse_args(argv)
     result = run(args)
+    if args.merge:
+        result = merge(result, json.loads(Path(args.merge).read_text()))
     print(render(result))
     path = write_result(result, "scale", args.out)
     svg = path.with_suffix(".svg")

@@ -25,6 +25,7 @@ from deployer.monitoring import file_sd, remote_write, shards
 from deployer.secrets import MASK, is_secret_path
 from deployer.unsafe import UnsafeText
 
+
 def _tls_material() -> Any:
     from deployer.tls import material
 

@@ -31,8 +31,14 @@ def test_parallel_hosts_count_each_instant_once():
 
 
 def test_the_controller_share_is_divided_by_the_hosts_rolled():
-    got = judge({"remote": 50.0, "wait": 10.0, "load": 0.5, "steps": 1.5, "start+exit": 1.0}, 2)
-    assert got == {"hosts_s": 60.0, "controller_s": 3.0, "controller_per_host_s": 1.5}
+    got = judge({"remote": 50.0, "wait": 10.0, "load": 0.5, "steps": 1.5, "plan": 0.5}, 2)
+    assert got["hosts_s"] == 60.0 and got["controller_s"] == 2.5
+    assert got["controller_per_host_s"] == 1.0  # steps and planning, not the load
+
+
+def test_start_up_and_loading_are_the_controllers_once_per_command_share():
+    got = judge({"remote": 5.0, "load": 0.5, "start+exit": 1.5, "state_write": 4.0}, 4)
+    assert got["controller_once_s"] == 2.0 and got["controller_per_host_s"] == 1.0
 
 
 def test_each_hosts_steps_are_summed_by_name():

@@ -272,3 +272,20 @@ def test_the_files_workload_resets_light_hosts_here_as_its_ssh_reset_would(tmp_p
     assert tools.files_reset(t) == f"rm -rf {root}/etc/bench"
     tools.files_workload().reset_here(t)
     assert not (root / "etc/bench").exists() and (root / "etc/keep").is_dir()
+
+
+def test_a_continued_scale_run_merges_the_sizes_it_did_not_measure():
+    from bench.scale import merge
+
+    def sample(tool, scenario, wall):
+        return {"tool": tool, "scenario": scenario, "wall_s": wall, "cpu_s": 0.1,
+                "peak_rss_mib": 50.0, "rc": 0, "changed": 0, "note": ""}  # fmt: skip
+
+    earlier = {"date": "d1", "command": "c1", "sizes": [1, 10], "suspect_runs": [],
+               "samples": [sample("gpumon", "noop@1", 9.0), sample("gpumon", "noop@10", 1.0)]}  # fmt: skip
+    later = {"sizes": [1, 1000], "suspect_runs": [],
+             "samples": [sample("gpumon", "noop@1", 0.5), sample("gpumon", "noop@1000", 30.0)]}  # fmt: skip
+    got = merge(later, earlier)
+    walls = {s["scenario"]: s["median_wall_s"] for s in got["summaries"]}
+    assert walls == {"noop@1": 0.5, "noop@1000": 30.0, "noop@10": 1.0}
+    assert got["sizes"] == [1, 10, 1000] and got["merged_from"]["date"] == "d1"
