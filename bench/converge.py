@@ -32,8 +32,9 @@ TARGETS = {
 TARGETS_COLD = {"mitogen": 2.5, "pyinfra": 2.0}
 
 
-def lab_fleet(name: str) -> tuple[Fleet, str]:
-    """The hosts of lab ``name`` and the armored key of its mirror."""
+def lab_fleet(name: str, only: str = "") -> tuple[Fleet, str]:
+    """The hosts of lab ``name`` (those named in the comma-separated ``only``, when given) and
+    the armored key of its mirror."""
     from deployer.lab import mirror
     from deployer.lab.lab import Lab
 
@@ -41,7 +42,9 @@ def lab_fleet(name: str) -> tuple[Fleet, str]:
     if not lab.hosts:
         raise SystemExit(f"lab {name!r} is not up: .venv/bin/gpumon-deploy lab up --name {name}")
     fleet = Fleet(
-        hosts=tuple(Target(h.name, h.address) for h in lab.hosts),
+        hosts=tuple(
+            Target(h.name, h.address) for h in lab.hosts if not only or h.name in only.split(",")
+        ),
         private_key=lab.private_key_path,
         known_hosts=lab.known_hosts_path,
         vars={"apt_mirror_url": lab.mirror_vars()["apt_mirror_url"]},
@@ -109,7 +112,7 @@ def ratios(summaries: list[Summary], scenario: str) -> dict[str, float | None]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    fleet, key = lab_fleet(args.lab)
+    fleet, key = lab_fleet(args.lab, args.hosts)
     host_machine = machine()
     tools = available([t for t in args.tools.split(",") if t])
     missing = sorted(set(args.tools.split(",")) - set(tools))
@@ -209,6 +212,12 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.converge", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--lab", default="bench", help="lab name (default: bench)")
+    parser.add_argument(
+        "--hosts",
+        default="",
+        help="the lab's hosts to run on, comma-separated (default: all; prom01,prom02,mon01 "
+        "on a lab with GPU hosts is the 3-host lab)",
+    )
     parser.add_argument("--runs", type=int, default=5, help="no-op runs per tool (default 5)")
     parser.add_argument("--cold-runs", type=int, default=5, help="cold runs per tool (default 5)")
     parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated subset")

@@ -31,6 +31,7 @@ from tenacity import (
 
 from deployer import library_logs
 from deployer.errors import HostKeyRefused, HostUnreachable
+from deployer.spans import span
 
 
 def _import_paramiko() -> Any:
@@ -423,6 +424,10 @@ class SSHConnection:
         stdin: bytes | None = None,
         timeout: float | None = None,
     ) -> CommandResult:
+        with span("remote", self.name):
+            return self._run(command, stdin, timeout)
+
+    def _run(self, command: str, stdin: bytes | None, timeout: float | None) -> CommandResult:
         full = command
         if self.target.become and (self.target.user or "") != self.target.become_user:
             full = sudo_wrap(command, self.target.become_user)

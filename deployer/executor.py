@@ -95,11 +95,17 @@ class Executor:
     allow_ha_degraded: bool = False
     # Hosts' first batched reads already taken (with their facts): hostsession.Prefetched.
     prefetched: dict[str, Prefetched] = field(default_factory=dict)
+    # The connections are the caller's (a session's pool that serves later steps: the
+    # rollout's): leave them open at the end of the run instead of closing them.
+    keep_connections: bool = False
 
     def __post_init__(self) -> None:
         self._hosts: dict[str, HostState] = {}
         self._lock = threading.Lock()
         self._owed_dir: str = self.owed_dir or owed.OWED_DIR
+        # Hosts whose prefetched read was not this executor's first read (read again: one
+        # round trip more each); bench and tests look here, nothing else does.
+        self.prefetch_unused: list[str] = []
 
     def run(
         self,
@@ -139,8 +145,9 @@ class Executor:
                     ) as pool:
                         list(pool.map(lambda job: self._run_host_play(*job, report), group))
         finally:
-            for h in self._hosts.values():
-                h.close()
+            if not self.keep_connections:
+                for h in self._hosts.values():
+                    h.close()
             report.finished = time.time()
         return report
 
@@ -180,6 +187,9 @@ class Executor:
         if pre is not None and pre.scripts == tuple(scripts):
             results = list(pre.results)
         else:
+            if pre is not None:
+                with self._lock:
+                    self.prefetch_unused.append(state.name)
             results = batch_run(state.conn(), scripts)
         if first_on_host:
             raw = results.pop(0) or state.conn().run(owed.read_script(self._owed_dir))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from deployer import boot
 from deployer.connection import CommandResult, Connection, ConnectionPool
 from deployer.errors import HostUnreachable
+from deployer.spans import span
 
 RECONNECT_EVERY_S = 2.0
 
@@ -27,11 +28,12 @@ class Interrupted(Exception):
 def pause(stop: threading.Event, seconds: float, sleep: Callable[[float], None] | None) -> None:
     """Wait ``seconds`` (with ``sleep`` when given, else on ``stop``); Interrupted when ``stop``
     is set meanwhile."""
-    if sleep is not None:
-        sleep(seconds)
-        stopped = stop.is_set()
-    else:
-        stopped = stop.wait(seconds)
+    with span("wait"):
+        if sleep is not None:
+            sleep(seconds)
+            stopped = stop.is_set()
+        else:
+            stopped = stop.wait(seconds)
     if stopped:
         raise Interrupted()
 
@@ -91,4 +93,5 @@ class HostAccess:
         how = boot.BootWait(
             reconnect=self.reconnect, clock=self.clock, sleep=self.wait, allow_degraded=True
         )
-        boot.reboot_and_wait(run, old_boot, timeout_s, how)
+        with span("reboot", self.host):
+            boot.reboot_and_wait(run, old_boot, timeout_s, how)

@@ -40,6 +40,7 @@ from deployer.roles import (  # noqa: F401  (the session's defaults, read from h
     Play,
     load_site,
 )
+from deployer.spans import span
 
 
 @dataclass
@@ -107,6 +108,10 @@ class DeploySession:
         self.facts: dict[str, HostFacts] = {}
         # Hosts' first batched reads, taken with their facts (gather_facts), for the executor.
         self.prefetched: dict[str, Prefetched] = {}
+        # Where the hosts keep their owed handlers: the one directory both the first reads sent
+        # with the facts and every executor of this session read and write (were they to
+        # differ, the executor would find the prefetched read not its own and read again).
+        self.owed_dir: str = owed.OWED_DIR
         # what upgrade-driver recorded on each GPU host (read with the facts; None: nothing)
         self.driver_records: dict[str, driver_record.DriverRecord | None] = {}
         self.unreachable: dict[str, str] = {}
@@ -126,7 +131,8 @@ class DeploySession:
         """The inventory loaded and the ``--limit`` hosts selected; with ``plan`` every selected
         host planned (templates checked) for the site's plays ``plays`` selects."""
         extra = inv.parse_extra_vars(options.extra_vars)
-        inventory = inv.load_inventory(options.inventory, extra_vars=extra)
+        with span("load"):
+            inventory = inv.load_inventory(options.inventory, extra_vars=extra)
         # The inventory lives as long as the run: the cyclic GC need not scan it again and again
         # while every host's variables are built (see bench/README.md, "Planning").
         memory.keep_for_the_run()
@@ -165,10 +171,17 @@ class DeploySession:
     def open_connection(self, host: str) -> SSHConnection:
         """A new connection to an inventory host (the pool keeps one per host; a drain host
         that is not converged gets its own)."""
-        return SSHConnection(ssh_target(self.inventory.connection(host)))
+        with span("connect", host):
+            return SSHConnection(ssh_target(self.inventory.connection(host)))
 
     def load_content(self) -> Planner:
         """The site, its roles and their templates, loaded and checked once per session."""
+        if self.planner is None:
+            with span("load"):
+                return self._load_content()
+        return self.planner
+
+    def _load_content(self) -> Planner:
         if self.planner is None:
             site = self.options.site or DEFAULT_SITE
             self.site_plays = load_site(site)
@@ -224,6 +237,16 @@ class DeploySession:
     ) -> list[HostPlan]:
         """The plans of ``hosts`` for those of ``plays`` that apply to them (the site, roles and
         compiled templates loaded once serve every call)."""
+        with span("plan", hosts[0] if len(hosts) == 1 else ""):
+            return self._plan_hosts(hosts, plays, facts, overrides)
+
+    def _plan_hosts(
+        self,
+        hosts: Sequence[str],
+        plays: Sequence[Play],
+        facts: Mapping[str, HostFacts] | None,
+        overrides: Mapping[str, Any],
+    ) -> list[HostPlan]:
         planner = self.load_content()
         wanted = set(hosts)
         per_host: dict[str, list[Play]] = {h: [] for h in hosts}
@@ -453,6 +476,7 @@ class DeploySession:
                 events=reporter,
                 allow_ha_degraded=allow_ha_degraded,
                 prefetched=self.prefetched,
+                owed_dir=self.owed_dir,
             )
             with reporter:
                 report = executor.run(self.plans, self.plays, unreachable=self.unreachable)
@@ -473,7 +497,7 @@ class DeploySession:
             return {}
         first = self.plays[0]
         return {
-            p.host: first_read_scripts(p.plays[0], owed.OWED_DIR)[1]
+            p.host: first_read_scripts(p.plays[0], self.owed_dir)[1]
             for p in self.plans
             if p.plays and p.plays[0].play is first
         }
@@ -496,7 +520,15 @@ class DeploySession:
         self.gather_facts(hosts, forks)
         reachable = [h for h in hosts if h not in self.unreachable]
         plans = self.plan_hosts(reachable, plays, self.facts, overrides)
-        executor = Executor(self.pool.get, forks=forks, events=events or NoEvents())
+        # The rollout's next step (a reboot, validation) uses the same connection: kept open
+        # (closing it cost each host two more SSH handshakes per upgrade).
+        executor = Executor(
+            self.pool.get,
+            forks=forks,
+            events=events or NoEvents(),
+            owed_dir=self.owed_dir,
+            keep_connections=True,
+        )
         unreachable = {h: self.unreachable[h] for h in hosts if h in self.unreachable}
         planned = {p.host for p in plans}
         # An unreachable host is reported as such (a plan of no task stands in for it).

@@ -23,8 +23,14 @@ from deployer.booleans import truthy
 from deployer.errors import InputError
 from deployer.monitoring import federation, file_sd, remote_write
 from deployer.secrets import MASK, is_secret_path
-from deployer.tls import material as tls_material
 from deployer.unsafe import UnsafeText
+
+
+def _tls_material() -> Any:
+    from deployer.tls import material
+
+    return material
+
 
 _WHOLE_EXPR = re.compile(r"^\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\Z", re.S)
 _UNDEFINED_NAME = re.compile(r"^'(?P<name>[A-Za-z_][A-Za-z0-9_]*)' is undefined$")
@@ -203,10 +209,12 @@ def make_environment(search_path: list[Path] | None = None) -> jinja2.Environmen
     env.globals["gpumon_default_secrets_dir"] = _default_secrets_dir
     # TLS and basic auth of the tier (gpumon_tls; deployer/tls/material.py): this host's
     # certificate, key, CA, credentials and web config, from the cluster's CA on the controller.
+    # Imported when a template first calls them: cryptography's x509 is a tenth of every
+    # command's start-up (bench/README.md, "Round two"), and a run without TLS never needs it.
     env.globals["gpumon_tls_material"] = jinja2.pass_context(
-        lambda context: tls_material.host_tls(context.parent)
+        lambda context: _tls_material().host_tls(context.parent)
     )
-    env.globals["gpumon_web_config"] = tls_material.web_config
+    env.globals["gpumon_web_config"] = lambda *a, **k: _tls_material().web_config(*a, **k)
     env.globals["version_at_least"] = _version_at_least
     # The dashboards read other roles' variables as a host sees them, rendered by this layer.
     renderer = Renderer(env)

@@ -40,6 +40,12 @@ SSHD_PACKAGES = ("openssh-server", "openssh-sftp-server")
 # Libraries Debian 12's sshd links that a machine without openssh-server may lack, and the
 # package that has each (scripts/setup installs them).
 SSHD_LIBRARY_PACKAGES = {"libwrap.so.0": "libwrap0"}
+# The kernel's IPv4 neighbour (ARP) table is one table for every network namespace, and its
+# hard limit (gc_thresh3, 1024 on Debian 12) counts them all: a fleet of N hosts holds about
+# 2N entries (the machine's side of the bridge learns N hosts, each host learns the gateway).
+# Past the limit new entries are refused ("neighbor table overflow!" in the kernel log, and
+# "No route to host" at the client): at 1,000 hosts the 700th did not answer.
+NEIGH_SYSCTL = Path("/proc/sys/net/ipv4/neigh/default")
 
 
 class LightError(RuntimeError):
@@ -99,6 +105,27 @@ def check_libraries(sshd: Path) -> None:
             f"(Debian package(s): {', '.join(packages)}; '?' = find it with dpkg -S or "
             "packages.debian.org); scripts/setup installs them"
         )
+
+
+def neighbour_limits_for(count: int) -> dict[str, int]:
+    """The ARP table thresholds a fleet of ``count`` hosts needs (beside the machine's other
+    entries: 1,024 to spare): soft limit 2 entries per host, hard limit 4."""
+    return {"gc_thresh2": 2 * count + 1024, "gc_thresh3": 4 * count + 1024}
+
+
+def raise_neighbour_limits(count: int, sysctl: Path = NEIGH_SYSCTL) -> dict[str, int]:
+    """Raise (never lower) the machine's ARP table thresholds to what ``count`` hosts need;
+    the values now set. Left raised at ``down``: another fleet or lab may be using them, and a
+    larger table costs nothing until it fills."""
+    now: dict[str, int] = {}
+    for name, wanted in neighbour_limits_for(count).items():
+        path = sysctl / name
+        current = int(path.read_text().strip())
+        if current < wanted:
+            path.write_text(f"{wanted}\n")
+            current = wanted
+        now[name] = current
+    return now
 
 
 def _namespaces() -> set[str]:
@@ -182,6 +209,7 @@ class LightFleet:
             "created_privsep": created_privsep,
         }
         self._save({**base_state, "pids": {}})
+        raise_neighbour_limits(count)
         network.ip("link", "add", "name", self.bridge, "type", "bridge")
         network.ip("addr", "add", f"{self.gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
         network.ip("link", "set", "dev", self.bridge, "up")

@@ -42,6 +42,7 @@ from deployer.rollout.options import RolloutOptions, Timeouts, target_overrides
 from deployer.rollout.state import FAILED, SKIPPED, TERMINAL, RunRecord, StateStore, next_step
 from deployer.rollout.validation import validate
 from deployer.session import DeploySession
+from deployer.spans import span, timed
 
 POLL_S = 5.0
 # Steps that change nothing on the host: a host that fails in one (GPU jobs still running at
@@ -228,7 +229,8 @@ class Rollout:
                 return
             step = rec.state
             try:
-                getattr(self, f"_step_{step}")(host)
+                with span(f"step:{step}", host):
+                    getattr(self, f"_step_{step}")(host)
             except StepFailed as exc:
                 if step in BEFORE_ANY_CHANGE:
                     self._release(host)
@@ -540,7 +542,7 @@ class Rollout:
             expected_uuids=uuids,
             diag_level=self.options.diag_level,
             tier=self.tier,
-            fetch=self.http_fetch,
+            fetch=timed("http", self.http_fetch),
             timeouts=self.timeouts,
             detail=lambda text: self.view.detail(host, text),
         )

@@ -26,6 +26,7 @@ from typing import Any
 
 from deployer.errors import InputError
 from deployer.rollout.options import RolloutOptions
+from deployer.spans import span
 
 STATE_DIR_ENV = "GPUMON_ROLLOUT_STATE_DIR"
 STATE_FILE = "state.json"
@@ -219,7 +220,7 @@ class StateStore:
         return RunRecord.from_json(data)
 
     def save(self, record: RunRecord) -> None:
-        with self._lock:
+        with self._lock, span("state_write"):
             record.updated = time.time()
             write_atomic(self.path, json.dumps(record.to_json(), indent=1, sort_keys=True) + "\n")
 

@@ -178,7 +178,7 @@ LAYERS = [
     ["modules", "results"],
     ["hostaccess", "boot", "facts", "connection",
      "monitoring.http"],  # the one HTTP client: status, silences, the store, the dashboards' proof
-    ["errors", "secrets", "booleans", "varformats", "yamlsrc", "memory", "dcgm_fields",
+    ["errors", "secrets", "booleans", "varformats", "yamlsrc", "memory", "spans", "dcgm_fields",
      "library_logs", "unsafe", "controller_secrets", "tls", "__init__"],
 ]  # fmt: skip
 

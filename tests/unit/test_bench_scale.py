@@ -91,6 +91,32 @@ def test_planning_verdict_judges_the_100000_host_size_only():
     ]
 
 
+def _sysctl_dir(tmp_path, thresh2: int, thresh3: int):
+    d = tmp_path / "neigh"
+    d.mkdir()
+    (d / "gc_thresh2").write_text(f"{thresh2}\n")
+    (d / "gc_thresh3").write_text(f"{thresh3}\n")
+    return d
+
+
+def test_a_thousand_light_hosts_raise_the_arp_table_past_two_entries_per_host(tmp_path):
+    # Debian 12's defaults (512 / 1024) overflowed at about 700 hosts of a 1,000-host fleet.
+    from deployer.lab.light import raise_neighbour_limits
+
+    d = _sysctl_dir(tmp_path, 512, 1024)
+    now = raise_neighbour_limits(1000, sysctl=d)
+    assert now["gc_thresh3"] >= 4000 and now["gc_thresh2"] >= 2000
+    assert int((d / "gc_thresh3").read_text()) == now["gc_thresh3"]
+
+
+def test_light_hosts_never_lower_the_arp_table_limits(tmp_path):
+    from deployer.lab.light import raise_neighbour_limits
+
+    d = _sysctl_dir(tmp_path, 100000, 200000)
+    assert raise_neighbour_limits(10, sysctl=d) == {"gc_thresh2": 100000, "gc_thresh3": 200000}
+    assert (d / "gc_thresh3").read_text() == "200000\n"
+
+
 def _fake_fleet(tmp_path, monkeypatch, sshd_script: str):
     """A light fleet whose network and sshd are stand-ins: ``sshd_script`` is run (no namespace)
     with its output in the host's sshd.log, as the real start does."""
@@ -104,6 +130,7 @@ def _fake_fleet(tmp_path, monkeypatch, sshd_script: str):
         light.network, "ip", lambda *a, check=True: subprocess.CompletedProcess(a, 0, "[]", "")
     )
     monkeypatch.setattr(light.network, "link_exists", lambda name: False)
+    monkeypatch.setattr(light, "raise_neighbour_limits", lambda count: {})
     fake = tmp_path / "sshd"
     fake.write_text(f"#!/bin/sh\n{sshd_script}\n")
     fake.chmod(0o755)
@@ -220,3 +247,45 @@ def test_converge_judges_cold_runs_against_mitogen_and_pyinfra():
     text = render(result)
     assert "cold: gpumon-deploy is 2.0x faster than mitogen (target >= 2.5x: MISSED)" in text
     assert "cold: gpumon-deploy is 2.1x faster than pyinfra (target >= 2x: met)" in text
+
+
+def test_ansible_and_mitogen_get_a_connection_timeout_long_enough_for_mitogens_bootstrap(tmp_path):
+    # Ansible's default of 10 s is Mitogen's deadline for starting the remote interpreter: at 10
+    # and 50 light hosts on the loaded 2-core machine every host failed "Connection timed out."
+    import configparser
+
+    from bench import tools
+
+    fleet = tools.Fleet((tools.Target("h1", "10.0.0.1"),), tmp_path / "key", tmp_path / "kh")
+    cfg = configparser.ConfigParser()
+    cfg.read(tools.write_ansible_cfg(fleet, tmp_path))
+    assert int(cfg["defaults"]["timeout"]) >= 60
+
+
+def test_the_files_workload_resets_light_hosts_here_as_its_ssh_reset_would(tmp_path):
+    from bench import tools
+
+    root = tmp_path / "h1"
+    (root / "etc/bench/textfile").mkdir(parents=True)
+    (root / "etc/keep").mkdir()
+    t = tools.Target("h1", "10.0.0.1", vars={"bench_root": str(root)})
+    assert tools.files_reset(t) == f"rm -rf {root}/etc/bench"
+    tools.files_workload().reset_here(t)
+    assert not (root / "etc/bench").exists() and (root / "etc/keep").is_dir()
+
+
+def test_a_continued_scale_run_merges_the_sizes_it_did_not_measure():
+    from bench.scale import merge
+
+    def sample(tool, scenario, wall):
+        return {"tool": tool, "scenario": scenario, "wall_s": wall, "cpu_s": 0.1,
+                "peak_rss_mib": 50.0, "rc": 0, "changed": 0, "note": ""}  # fmt: skip
+
+    earlier = {"date": "d1", "command": "c1", "sizes": [1, 10], "suspect_runs": [],
+               "samples": [sample("gpumon", "noop@1", 9.0), sample("gpumon", "noop@10", 1.0)]}  # fmt: skip
+    later = {"sizes": [1, 1000], "suspect_runs": [],
+             "samples": [sample("gpumon", "noop@1", 0.5), sample("gpumon", "noop@1000", 30.0)]}  # fmt: skip
+    got = merge(later, earlier)
+    walls = {s["scenario"]: s["median_wall_s"] for s in got["summaries"]}
+    assert walls == {"noop@1": 0.5, "noop@1000": 30.0, "noop@10": 1.0}
+    assert got["sizes"] == [1, 10, 1000] and got["merged_from"]["date"] == "d1"

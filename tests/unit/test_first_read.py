@@ -54,6 +54,20 @@ def test_a_no_op_up_in_check_mode_is_one_round_trip_per_host(tmp_path):
     assert {h: len(commands) for h, commands in log.items()} == dict.fromkeys(HOSTS, 1)
 
 
+def test_a_sessions_first_reads_and_its_executor_share_one_owed_dir(tmp_path):
+    elsewhere = str(tmp_path / "owed-elsewhere")
+    first = _session(tmp_path, {})
+    first.owed_dir = elsewhere
+    first.converge(check=False, diff=False)
+    log: dict[str, list[str]] = {}
+    again = _session(tmp_path, log)
+    again.owed_dir = elsewhere
+    report = again.converge(check=False, diff=False)
+    assert report.totals()["changed"] == 0
+    assert {h: len(commands) for h, commands in log.items()} == dict.fromkeys(HOSTS, 1)
+    assert all(elsewhere in commands[0] for commands in log.values())
+
+
 def test_a_cold_up_still_reads_its_facts_and_first_play_together(tmp_path):
     log: dict[str, list[str]] = {}
     report = _session(tmp_path, log).converge(check=False, diff=False)
@@ -87,3 +101,37 @@ def test_the_executor_reads_itself_when_the_prefetched_scripts_differ(tmp_path):
     stale = {"h1": Prefetched(("true",), (None,))}
     commands = _executor_commands(tmp_path, stale)
     assert len(commands) == 1  # its own batched read, and nothing to change
+
+
+def test_the_executor_names_the_hosts_whose_prefetched_read_it_could_not_use(tmp_path):
+    plans = plans_for({"h1": {"base": str(tmp_path), "names": ["a"]}})
+    executor = Executor(
+        lambda h: LocalConnection(h), prefetched={"h1": Prefetched(("true",), (None,))}
+    )
+    executor.run(plans, (PLAY,))
+    assert executor.prefetch_unused == ["h1"]
+
+
+class ClosingConnection(LocalConnection):
+    opened: list[str] = []
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.closed = False
+        ClosingConnection.opened.append(name)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_converging_hosts_twice_on_a_session_reuses_its_connections(tmp_path):
+    # The rollout converges each host twice (installing, starting) and then validates it over
+    # the same pool: each converge used to close the pooled connection, and every step after
+    # it paid a new SSH handshake.
+    session = _session(tmp_path, {})
+    ClosingConnection.opened = []
+    session.pool = ConnectionPool(ClosingConnection)
+    for _ in range(2):
+        session.converge_hosts(list(HOSTS), session.plays)
+    assert sorted(ClosingConnection.opened) == sorted(HOSTS)
+    assert not any(c.closed for c in session.pool._conns.values())
