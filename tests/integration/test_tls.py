@@ -489,9 +489,12 @@ def test_no_secret_reaches_an_output_a_journal_or_a_readable_file(
     for h in tlab.hosts:
         r = tlab.ssh(
             h.name,
-            "journalctl --no-pager -q 2>/dev/null | grep -cF -f /dev/stdin;"
+            # the passwords (stdin) into a 0600 file first: in a pipeline, grep -f /dev/stdin
+            # would read its patterns from the journal, and xargs gives grep /dev/null as stdin
+            'p=$(mktemp); cat > "$p";'
+            ' journalctl --no-pager -q 2>/dev/null | grep -cF -f "$p";'
             " find /etc /var/log /run /tmp /var/lib/gpumon -xdev -type f -perm -o=r 2>/dev/null"
-            " | xargs -r grep -lF -f /dev/stdin 2>/dev/null; true",
+            ' | xargs -r grep -lF -f "$p" 2>/dev/null; rm -f "$p"; true',
             input="".join(p + "\n" for p in passwords),
             timeout=120,
         )
