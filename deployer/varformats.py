@@ -37,6 +37,16 @@ _PROM_UNITS_MS = (
 )
 
 
+def prometheus_seconds(value: str) -> float:
+    """A Prometheus duration (``15s``, ``1m30s``, ``2h``) in seconds; ValueError when it is none
+    (``prometheus_duration`` says why)."""
+    m = _PROM_DURATION.match(str(value).strip())
+    if m is None or not any(m.groups()):
+        raise ValueError(f"not a Prometheus duration: {value!r}")
+    ms = sum(int(n) * unit for n, unit in zip(m.groups(), _PROM_UNITS_MS, strict=True) if n)
+    return ms / 1000
+
+
 def prometheus_duration(value: str) -> str | None:
     if value == "0":
         return None

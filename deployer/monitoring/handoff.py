@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import InputError
+from deployer.varformats import prometheus_seconds
 
 RECORD_VAR = "prometheus_shard_record"
 RECORD_DIR_ENV = "GPUMON_SHARD_RECORD_DIR"
@@ -110,13 +111,11 @@ def previous(variables: Mapping[str, Any], wanted: Layout) -> Layout | None:
 def longest_interval_s(variables: Mapping[str, Any]) -> float:
     """The longest interval a replica scrapes a GPU or node host at: the global one or a tier's
     (``prometheus_scrape_tiers``)."""
-    from deployer.monitoring.remote_write import seconds
-
-    found = [seconds(variables.get("prometheus_scrape_interval", "15s"))]
+    found = [prometheus_seconds(variables.get("prometheus_scrape_interval", "15s"))]
     tiers = variables.get("prometheus_scrape_tiers") or {}
     if isinstance(tiers, Mapping):
         found += [
-            seconds(t["interval"])
+            prometheus_seconds(t["interval"])
             for t in tiers.values()
             if isinstance(t, Mapping) and t.get("interval")
         ]

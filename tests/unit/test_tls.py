@@ -462,3 +462,37 @@ def test_the_readiness_wait_before_the_handlers_takes_either_scheme():
     assert "http://127.0.0.1:9093/-/ready" in probe
     plain = module.probe(module.validate({"url": "https://127.0.0.1:9093/-/ready"}))
     assert "http://127.0.0.1" not in plain
+
+
+def _run_reload(tmp_path: Path, cmd: str, https_rc: int) -> tuple[int, list[str]]:
+    """Run the reload handler's command with a stand-in curl (its https call exits ``https_rc``,
+    its http call 0) and a readable curlrc; returns the exit status and the URLs it called."""
+    bindir, calls = tmp_path / "bin", tmp_path / "calls"
+    bindir.mkdir()
+    (bindir / "curl").write_text(
+        f'#!/bin/sh\nfor a; do case "$a" in http*) echo "$a" >> {calls};'
+        f' case "$a" in https*) exit {https_rc};; esac;; esac; done\nexit 0\n'
+    )
+    (bindir / "curl").chmod(0o755)
+    curlrc = tmp_path / "curlrc"
+    curlrc.write_text("")
+    cmd = cmd.replace("/etc/gpumon/tls/curlrc", str(curlrc))
+    proc = subprocess.run(["sh", "-c", cmd], env={"PATH": f"{bindir}:/usr/bin:/bin"})
+    return proc.returncode, calls.read_text().split() if calls.exists() else []
+
+
+@pytest.mark.parametrize(
+    ("https_rc", "want_rc", "http_tried"),
+    [(0, 0, False), (28, 28, False), (7, 0, True)],
+    ids=["https reloads", "an https reload that timed out is not retried over http",
+         "no https answer: plain http"],
+)  # fmt: skip
+def test_the_reload_falls_back_to_http_only_when_https_got_no_answer(
+    tmp_path, https_rc, want_rc, http_tried
+):
+    planned = plan(tmp_path, MONITORING_PLAYS, *tls_on(tmp_path))
+    cmd = find(planned["prom01"], "prometheus: reload prometheus").args["cmd"]
+    rc, urls = _run_reload(tmp_path, cmd, https_rc)
+    assert rc == want_rc
+    assert urls[0] == "https://127.0.0.1:9090/-/reload"
+    assert ("http://127.0.0.1:9090/-/reload" in urls) == http_tried

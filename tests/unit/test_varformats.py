@@ -13,7 +13,7 @@ from deployer import session as session_mod
 from deployer.cli import _register_subcommands, cli
 from deployer.errors import InputError
 from deployer.roles import load_role
-from deployer.varformats import FORMATS
+from deployer.varformats import FORMATS, prometheus_seconds
 
 ACCEPTED = {
     # model.ParseDuration (prometheus/common v0.39.0)
@@ -153,3 +153,16 @@ def test_argument_specs_with_an_unknown_format_are_refused_naming_the_file(tmp_p
     with pytest.raises(InputError) as failed:
         load_role([tmp_path], "r")
     assert "argument_specs.yml" in str(failed.value) and "r_timeout.format" in str(failed.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("15s", 15), ("1m30s", 90), ("500ms", 0.5), ("2h", 7200)]
+)
+def test_a_prometheus_duration_in_seconds(text, seconds):
+    assert prometheus_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "15", "s", "1s1m"])
+def test_what_is_no_prometheus_duration_has_no_seconds(text):
+    with pytest.raises(ValueError, match="not a Prometheus duration"):
+        prometheus_seconds(text)
