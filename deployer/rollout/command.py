@@ -29,6 +29,7 @@ from deployer.rollout.host_targets import Preflight, run_preflight
 from deployer.rollout.options import RolloutOptions
 from deployer.rollout.state import HostRecord, RunRecord, StateStore, new_run_id
 from deployer.rollout.view import LiveView, plan_text, report
+from deployer.secrets import mask_text
 from deployer.session import DeploySession, RunOptions
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
@@ -269,7 +270,7 @@ def upgrade_driver(
         if req.check:
             plan = _plan(record, pre, hook, tier)
             if req.output == "json":
-                out.write(json.dumps(plan, indent=2, default=str) + "\n")
+                out.write(_shown(plan))
             else:
                 out.write(plan_text(plan) + "\n")
             # as the run itself would: a host that could not be read is not planned (exit 1)
@@ -292,7 +293,7 @@ def upgrade_driver(
         data = report(record)
         path = store.write_report(data)
         if req.output == "json":
-            out.write(json.dumps(data, indent=2, default=str) + "\n")
+            out.write(_shown(data))
         summary = data["summary"]
         print(
             f"run {record.run_id} {record.status}"
@@ -311,3 +312,10 @@ def upgrade_driver(
         return EXIT_OK if ok else EXIT_FAILED
     finally:
         session.pool.close_all()
+
+
+def _shown(data: Any) -> str:
+    """A plan or report as ``--output json`` prints it: the run's options keep the ``-e`` values
+    they were given (the state file, 0600, needs them to resume), and a secret among them (a
+    password given with ``-e``) is masked, as every registered secret is."""
+    return mask_text(json.dumps(data, indent=2, default=str)) + "\n"
