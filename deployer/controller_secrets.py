@@ -22,13 +22,19 @@ ENV = "GPUMON_SECRETS_DIR"
 LENGTH_BYTES = 24  # 32 URL-safe characters
 
 
+def state_home() -> Path:
+    """The product's state on the controller: $XDG_STATE_HOME/gpumon-deploy (by default
+    ~/.local/state/gpumon-deploy)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "gpumon-deploy"
+
+
 def default_dir() -> str:
     """$GPUMON_SECRETS_DIR, else $XDG_STATE_HOME/gpumon-deploy/secrets."""
     configured = os.environ.get(ENV)
     if configured:
         return configured
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return str(Path(base) / "gpumon-deploy" / "secrets")
+    return str(state_home() / "secrets")
 
 
 def controller_secret(path: str | os.PathLike[str]) -> str:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deployer.controller_secrets import state_home
 from deployer.errors import InputError
 from deployer.varformats import prometheus_seconds
 
@@ -65,8 +66,7 @@ def record_dir() -> Path:
     given = os.environ.get(RECORD_DIR_ENV)
     if given:
         return Path(given)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "gpumon-deploy" / "shards"
+    return state_home() / "shards"
 
 
 def default_record(variables: Mapping[str, Any]) -> Path:
