@@ -144,7 +144,22 @@ def input_errors_exit_2(f: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The top-level commands; ``lab`` (the lab package: its simulator, topologies and mirror) is
+    imported only when it is run or listed, not by every ``up``: it was an eighth of start-up."""
+
+    LAZY = {"lab": ("deployer.lab.cli", "lab")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.LAZY and cmd_name not in self.commands:
+            _register_subcommands()
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gpumon-deploy")
 @verbose_option
 def cli() -> None:
@@ -722,13 +737,14 @@ def init(
 
 
 def _register_subcommands() -> None:
-    from deployer.lab.cli import lab
+    """Imports and adds every lazily loaded command (``_Commands.LAZY``)."""
+    import importlib
 
-    cli.add_command(lab)
+    for name, (module, attr) in _Commands.LAZY.items():
+        cli.add_command(getattr(importlib.import_module(module), attr), name)
 
 
 def main() -> None:
-    _register_subcommands()
     library_logs.route_everything()
     try:
         code = cli.main(prog_name="gpumon-deploy", standalone_mode=False)

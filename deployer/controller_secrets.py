@@ -6,6 +6,11 @@ that others can read is refused rather than used. Every value returned is regist
 secret (``deployer/secrets.py``), so it is masked in every output. Like Ansible's
 ``lookup('password', ...)``, the file is created when the plan is built, in check mode too, so a
 check run and the run after it agree on the value.
+
+``write_private`` and ``read_private`` are the files' two ends for every private file the
+controller keeps (keys, password records): written atomically with the mode set before any byte,
+refused when others can read them. They live here, not beside the CA, so that reading a
+rotation record does not import the X.509 stack.
 """
 
 from __future__ import annotations
@@ -79,3 +84,31 @@ def _create(p: Path) -> str:
     finally:
         os.close(fd)
     return value
+
+
+def write_private(path: Path, data: bytes, mode: int) -> None:
+    """Atomically: a temporary file in the same directory, ``mode`` before any byte, renamed."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        os.fchmod(fd, mode)
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_private(path: Path) -> bytes:
+    """A key file's bytes, refused when others can read it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode & 0o077:
+            raise InputError(
+                f"{path} is readable by others (mode {mode:04o}): chmod 600 {path}",
+                source=str(path),
+            )
+        return os.read(fd, 1 << 20)
+    finally:
+        os.close(fd)

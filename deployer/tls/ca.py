@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from deployer.controller_secrets import read_private, write_private
 from deployer.errors import InputError
 
 CA_CERT = "ca.crt"
@@ -59,34 +58,6 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-
-
-def write_private(path: Path, data: bytes, mode: int) -> None:
-    """Atomically: a temporary file in the same directory, ``mode`` before any byte, renamed."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-def read_private(path: Path) -> bytes:
-    """A key file's bytes, refused when others can read it."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        mode = stat.S_IMODE(os.fstat(fd).st_mode)
-        if mode & 0o077:
-            raise InputError(
-                f"{path} is readable by others (mode {mode:04o}): chmod 600 {path}",
-                source=str(path),
-            )
-        return os.read(fd, 1 << 20)
-    finally:
-        os.close(fd)
 
 
 def _directory(path: Path) -> Path:

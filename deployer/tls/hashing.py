@@ -13,7 +13,7 @@ from pathlib import Path
 
 import bcrypt
 
-from deployer.tls.ca import read_private, write_private
+from deployer.controller_secrets import read_private, write_private
 
 # Go's bcrypt.DefaultCost; each request to a server with basic auth pays one comparison.
 COST = 10

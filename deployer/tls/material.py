@@ -25,14 +25,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-
 from deployer.booleans import truthy
-from deployer.controller_secrets import controller_secret, default_dir
+from deployer.controller_secrets import controller_secret, default_dir, read_private, write_private
 from deployer.errors import InputError
 from deployer.secrets import register_secret
-from deployer.tls import ca as ca_mod
 from deployer.tls import rotation
+
+# The X.509 stack (deployer.tls.ca, cryptography.x509) is imported by the functions that issue or
+# read certificates, when an inventory switches gpumon_tls on: a tenth of every run's start-up
+# otherwise (bench/README.md, "Start-up").
 
 # Host paths every role shares: the CA clients verify with, and curl's client config (the CA and
 # the user:password) for the roles' own on-host probes (wait_for, readiness of HA peers, reloads).
@@ -91,7 +92,7 @@ def _pem_or_path(value: Any, host: str, key: str, secret: bool) -> str:
     if not path.is_absolute():
         raise InputError(f"host {host}: {key} is neither a PEM block nor an absolute path", key=key)
     try:
-        data = ca_mod.read_private(path) if secret else path.read_bytes()
+        data = read_private(path) if secret else path.read_bytes()
     except FileNotFoundError:
         raise InputError(f"host {host}: {key}: {path} does not exist", key=key) from None
     except OSError as exc:
@@ -126,6 +127,8 @@ def _password(variables: Mapping[str, Any], directory: Path) -> str:
 def _desired_ca(variables: Mapping[str, Any], host: str, d: Path) -> str:
     if variables.get("gpumon_tls_ca_cert"):
         return _pem_or_path(variables["gpumon_tls_ca_cert"], host, "gpumon_tls_ca_cert", False)
+    from deployer.tls import ca as ca_mod
+
     return ca_mod.ensure_ca(d).cert_pem
 
 
@@ -206,14 +209,14 @@ def _own(variables: Mapping[str, Any], host: str, d: Path, v: rotation.View) -> 
         _pem_or_path(variables["gpumon_tls_ca_cert"], host, "gpumon_tls_ca_cert", False)
     )
     if v.serving_ca != given_ca and served.exists():
-        kept = ca_mod.read_private(served).decode()
+        kept = read_private(served).decode()
         register_secret(kept)
         cut = kept.index("-----BEGIN CERTIFICATE")
         return kept[cut:], kept[:cut]
     record = (key_pem + cert_pem).encode()
-    if not served.exists() or ca_mod.read_private(served) != record:
+    if not served.exists() or read_private(served) != record:
         served.parent.mkdir(mode=0o700, exist_ok=True)
-        ca_mod.write_private(served, record, 0o600)
+        write_private(served, record, 0o600)
     return cert_pem, key_pem
 
 
@@ -224,6 +227,10 @@ def _compute(
     if variables.get("gpumon_tls_ca_cert"):
         cert_pem, key_pem = _own(variables, host, d, v)
     else:
+        from cryptography import x509
+
+        from deployer.tls import ca as ca_mod
+
         authority = ca_mod.ensure_ca(d)
         # While a new CA is only widened (clients trust both), a host keeps its certificate of
         # the old one; it presents one of the new CA from the switch on.

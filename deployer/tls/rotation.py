@@ -42,8 +42,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from deployer.controller_secrets import read_private, write_private
 from deployer.secrets import register_secret
-from deployer.tls.ca import read_private, write_private
 from deployer.tls.hashing import new_hash, verifies
 
 RECORD = "rotation.json"
