@@ -32,6 +32,10 @@ _SECTIONS = ("os", "pci", "smi", "smi_rc", "proc", "pkgs", "nvswitch")
 
 # Every probe runs on every host on every run, so the script forks as little as it can: shell
 # builtins read sysfs and /proc, one dpkg-query names the packages; nvidia-smi runs where it exists.
+# dpkg-query parses dpkg's whole status file (18 ms on a host of 850 packages, nine tenths of this
+# script), so it runs only where the status file names a package of those names (grep -F reads
+# it in 3 ms): every package dpkg knows has its "Package:" stanza there (deb-status(5)), so a
+# host without one (every monitoring host) skips it and one with one gets the same answer.
 FACTS_SCRIPT = r"""
 echo '@@os'
 if [ -r /etc/os-release ]; then . /etc/os-release; fi
@@ -60,7 +64,9 @@ procfs=${GPUMON_PROCFS:-/proc}
 if [ -r "$procfs/driver/nvidia/version" ]; then cat "$procfs/driver/nvidia/version" 2>/dev/null; fi
 echo '@@pkgs'
 if command -v dpkg-query >/dev/null 2>&1; then
-  dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' 'nvidia-*' 'cuda-drivers*' 'libnvidia-compute*' 'libnvidia-nscq*' 'datacenter-gpu-manager*' 'nvidia-fabricmanager*' 2>/dev/null
+  if [ ! -r /var/lib/dpkg/status ] || grep -qF -e 'Package: nvidia-' -e 'Package: cuda-drivers' -e 'Package: libnvidia-compute' -e 'Package: libnvidia-nscq' -e 'Package: datacenter-gpu-manager' /var/lib/dpkg/status; then
+    dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' 'nvidia-*' 'cuda-drivers*' 'libnvidia-compute*' 'libnvidia-nscq*' 'datacenter-gpu-manager*' 'nvidia-fabricmanager*' 2>/dev/null
+  fi
 fi
 if command -v rpm >/dev/null 2>&1; then
   rpm -qa --qf '%{NAME}\t%{VERSION}-%{RELEASE}\tii \n' 2>/dev/null | grep -E '^(nvidia-|cuda-drivers|datacenter-gpu-manager)'

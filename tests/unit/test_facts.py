@@ -163,3 +163,52 @@ def test_gpumon_procfs_points_the_script_at_another_proc(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUMON_PROCFS", str(tmp_path))
     f = gather(LocalConnection("controller"))
     assert f.driver_loaded == "580.65.06" and f.kernel_module_flavour == "open"
+
+
+def _script_with_stand_in_dpkg_query(tmp_path, status_text: str | None) -> tuple[str, bool]:
+    """The facts script run here with dpkg's status file at a path of the test's own (the
+    script's literal path swapped) and a stand-in dpkg-query on PATH that prints one installed
+    NVIDIA package and leaves a mark: (the script's pkgs section, whether dpkg-query ran)."""
+    import os
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    mark = tmp_path / "dpkg-query-ran"
+    stand_in = bin_dir / "dpkg-query"
+    stand_in.write_text(f"#!/bin/sh\ntouch {mark}\nprintf 'nvidia-driver\\t580.65.06-1\\tii \\n'\n")
+    stand_in.chmod(0o755)
+    status = tmp_path / "status"
+    if status_text is not None:
+        status.write_text(status_text)
+    script = FACTS_SCRIPT.replace("/var/lib/dpkg/status", str(status))
+    assert script != FACTS_SCRIPT
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env).stdout
+    pkgs = out.split("@@pkgs\n", 1)[1].split("@@", 1)[0]
+    return pkgs, mark.exists()
+
+
+def test_dpkg_query_runs_only_where_dpkgs_status_names_an_nvidia_package(tmp_path):
+    """dpkg-query parses dpkg's whole status file (nine tenths of the script on a host of 850
+    packages): a host whose status file names no package of the script's names skips it."""
+    status = "Package: prometheus-node-exporter\nStatus: install ok installed\n\n"
+    pkgs, ran = _script_with_stand_in_dpkg_query(tmp_path, status)
+    assert (pkgs, ran) == ("", False)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["nvidia-driver", "nvidia-fabricmanager-580", "cuda-drivers-580", "libnvidia-compute-580",
+     "libnvidia-nscq-580", "datacenter-gpu-manager-4-cuda12"],
+)  # fmt: skip
+def test_dpkg_query_runs_where_the_status_file_names_one(tmp_path, name):
+    status = f"Package: adduser\nStatus: install ok installed\n\nPackage: {name}\nStatus: x\n\n"
+    pkgs, ran = _script_with_stand_in_dpkg_query(tmp_path, status)
+    assert ran and pkgs == "nvidia-driver\t580.65.06-1\tii \n"
+
+
+def test_dpkg_query_runs_when_the_status_file_cannot_be_read(tmp_path):
+    """Never a fact lost to an unusual dpkg layout: without a readable status file, ask dpkg."""
+    pkgs, ran = _script_with_stand_in_dpkg_query(tmp_path, None)
+    assert ran and pkgs.startswith("nvidia-driver\t")
