@@ -278,6 +278,38 @@ def _known_host_keys(path: Path) -> Any:
         return keys
 
 
+_KEYS_LOCK = threading.Lock()
+_KEYS: dict[str, tuple[tuple[int, int], Any]] = {}
+
+
+def _private_key(path: str) -> Any:
+    """The private key (and its ``-cert.pub`` beside it) in ``path``, loaded once per content
+    and shared by every connection of the run; None when it cannot be loaded without a
+    passphrase, and paramiko then loads it itself, with its own error, as before.
+
+    Given ``key_filename``, paramiko's SSHClient loads the file again for every connection,
+    trying each key type in turn, and loading an RSA key costs cryptography's validity check:
+    150 ms of CPU for an RSA-3072 key on this machine (bench/README.md, "Round four"), that is
+    150 CPU-seconds for 1,000 hosts.
+    """
+    p = Path(path).expanduser()
+    try:
+        st = p.stat()
+    except OSError:
+        return None
+    stamp = (st.st_mtime_ns, st.st_size)
+    with _KEYS_LOCK:
+        hit = _KEYS.get(str(p))
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        try:
+            key = paramiko.PKey.from_path(p)
+        except Exception:  # encrypted, unknown type, unreadable: paramiko's own path says why
+            key = None
+        _KEYS[str(p)] = (stamp, key)
+        return key
+
+
 _TRANSIENT = (
     socket.timeout,
     ConnectionRefusedError,
@@ -327,12 +359,14 @@ class SSHConnection:
             raw = socket.create_connection((t.address, t.port), timeout=CONNECT_TIMEOUT)
             _tune_socket(raw)
             sock = _ReadCounter(raw)
+            key = _private_key(t.private_key_file) if t.private_key_file else None
             try:
                 client.connect(
                     t.address,
                     port=t.port,
                     username=t.user,
-                    key_filename=t.private_key_file,
+                    pkey=key,
+                    key_filename=None if key is not None else t.private_key_file,
                     sock=sock,
                     transport_factory=_transport_factory(t.name),
                     timeout=CONNECT_TIMEOUT,

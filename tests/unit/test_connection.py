@@ -296,3 +296,94 @@ def test_pool_opens_one_connection_per_host_and_reopens_a_closed_one():
     first.close()
     assert pool.get("a") is not first and opened == ["a", "a"]
     pool.close_all()
+
+
+# ---------------------------------------------------------------------------------- client keys
+
+
+class _AcceptKey(paramiko.ServerInterface):
+    def __init__(self, allowed: paramiko.PKey, seen: list[str]) -> None:
+        self.allowed, self.seen = allowed, seen
+
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        self.seen.append(key.get_name())
+        ok = key.get_base64() == self.allowed.get_base64()
+        return paramiko.AUTH_SUCCESSFUL if ok else paramiko.AUTH_FAILED
+
+
+class KeyServer(SSHServer):
+    """paramiko's SSH server on loopback accepting one client key."""
+
+    def __init__(self, host_key: paramiko.PKey, client_key: paramiko.PKey) -> None:
+        self.client_key, self.seen = client_key, []
+        super().__init__(host_key)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            transport = paramiko.Transport(conn)
+            transport.add_server_key(self.host_key)
+            self._transports.append(transport)
+            with contextlib.suppress(paramiko.SSHException, EOFError, OSError):
+                transport.start_server(server=_AcceptKey(self.client_key, self.seen))
+
+
+def test_a_private_key_file_is_loaded_once_for_every_connection_of_the_run(tmp_path, monkeypatch):
+    """paramiko loads ``key_filename`` again for each connection, each key type in turn, and an
+    RSA key's load costs cryptography's validity check (150 ms for RSA-3072 here): the engine
+    loads the file once per content and hands paramiko the key."""
+    host = keygen(tmp_path / "host_key")
+    client = keygen(tmp_path / "id_rsa", "rsa")
+    server = KeyServer(load_key(host), load_key(client))
+    known = tmp_path / "known_hosts"
+    kind, body = host.with_suffix(".pub").read_text().split()[:2]
+    known.write_text(f"[127.0.0.1]:{server.port} {kind} {body}\n")
+    loads = []
+    real = paramiko.PKey.from_path
+    monkeypatch.setattr(paramiko.PKey, "from_path", lambda p, *a: loads.append(p) or real(p, *a))
+    target = SSHTarget(
+        name="h", address="127.0.0.1", port=server.port, user="root",
+        private_key_file=str(client), known_hosts_file=str(known),
+    )  # fmt: skip
+    try:
+        for _ in range(3):
+            SSHConnection(target).close()
+        assert len(loads) == 1 and server.seen == ["ssh-rsa"] * 3
+        # A new key in the same file is read again.
+        client.unlink()
+        keygen(client, "rsa")
+        server.client_key = real(client)
+        SSHConnection(target).close()
+        assert len(loads) == 2 and server.seen[-1] == "ssh-rsa"
+    finally:
+        server.close()
+
+
+def test_an_encrypted_key_is_left_to_paramiko_and_refused_in_words(tmp_path):
+    host = keygen(tmp_path / "host_key")
+    client = tmp_path / "id_locked"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "s3cret-phrase", "-f", str(client)], check=True
+    )
+    assert connection._private_key(str(client)) is None
+    server = KeyServer(load_key(host), load_key(host))
+    known = tmp_path / "known_hosts"
+    kind, body = host.with_suffix(".pub").read_text().split()[:2]
+    known.write_text(f"[127.0.0.1]:{server.port} {kind} {body}\n")
+    target = SSHTarget(
+        name="h", address="127.0.0.1", port=server.port, user="root",
+        private_key_file=str(client), known_hosts_file=str(known),
+    )  # fmt: skip
+    try:
+        with pytest.raises(HostUnreachable) as exc:
+            SSHConnection(target)
+        assert f"failed with the key {client}" in str(exc.value)
+        assert "s3cret-phrase" not in str(exc.value)
+    finally:
+        server.close()
