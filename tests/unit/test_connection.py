@@ -387,3 +387,76 @@ def test_an_encrypted_key_is_left_to_paramiko_and_refused_in_words(tmp_path):
         assert "s3cret-phrase" not in str(exc.value)
     finally:
         server.close()
+
+
+# ---------------------------------------------------------------------------------- known_hosts
+
+
+def test_known_hosts_are_read_as_paramiko_reads_them(tmp_path):
+    """Plain and hashed names, ``[address]:port``, several names on a line, three key types for
+    one host, comments, a short line: every name looks up the same
+    keys as in paramiko.HostKeys (which builds every key and is O(lines^2))."""
+    keys = {k: keygen(tmp_path / f"k_{k}", k).with_suffix(".pub").read_text().split()[:2]
+            for k in ("ed25519", "ecdsa", "rsa")}  # fmt: skip
+    lines = [
+        "# a comment",
+        f"10.0.0.1 {' '.join(keys['ed25519'])}",
+        f"10.0.0.1 {' '.join(keys['ecdsa'])}",
+        f"[10.0.0.2]:2222,gpu02 {' '.join(keys['rsa'])}",
+        f"10.0.0.3\t{' '.join(keys['ecdsa'])} comment here",
+        "10.0.0.5 ssh-ed25519",
+        "",
+        f"10.0.0.1 {' '.join(keys['rsa'])}",
+    ]
+    plain = tmp_path / "known_hosts"
+    plain.write_text("\n".join(lines) + "\n")
+    hashed = tmp_path / "known_hosts_hashed"  # ssh-keygen -H refuses a file with a bad line
+    hashed.write_text("\n".join(x for x in lines if x != "10.0.0.5 ssh-ed25519") + "\n")
+    subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(hashed)], check=True, capture_output=True)
+    hashed.write_text(hashed.read_text() + "10.0.0.5 ssh-ed25519\n")
+    names = ["10.0.0.1", "[10.0.0.2]:2222", "gpu02", "10.0.0.3", "10.0.0.4", "10.0.0.5",
+             "10.0.0.9"]  # fmt: skip
+    for path in (plain, hashed):
+        ours = connection.KnownHosts.parse(path.read_text())
+        theirs = paramiko.HostKeys(str(path))
+        for name in names:
+            got = {t: k.get_base64() for t, k in ours.lookup(name).items()}
+            want = {t: k.get_base64() for t, k in (theirs.lookup(name) or {}).items()}
+            assert got == want, (path.name, name)
+    assert "|1|" in hashed.read_text() and "10.0.0.1" not in hashed.read_text()
+    assert set(connection.KnownHosts.parse(plain.read_text()).lookup("10.0.0.1")) == {
+        "ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa"
+    }  # fmt: skip
+
+
+def test_a_marker_line_is_ignored_where_paramiko_fails_the_whole_file(tmp_path):
+    """``@cert-authority`` and ``@revoked`` lines (OpenSSH's markers): paramiko.HostKeys raises
+    InvalidHostKey on them and reads nothing; they are skipped and the rest still verifies.
+    (Neither paramiko nor the engine honours a marker: docs/unverified.md is not needed, this
+    is paramiko 5.1's ``hostkeys.py``.)"""
+    kind, body = keygen(tmp_path / "k").with_suffix(".pub").read_text().split()[:2]
+    path = tmp_path / "known_hosts"
+    path.write_text(f"@cert-authority *.example {kind} {body}\n10.0.0.1 {kind} {body}\n")
+    with pytest.raises(paramiko.hostkeys.InvalidHostKey):
+        paramiko.HostKeys(str(path))
+    index = connection.KnownHosts.parse(path.read_text())
+    assert [k.get_base64() for k in index.lookup("10.0.0.1").values()] == [body]
+    assert index.lookup("*.example") == {}
+    # A key type paramiko cannot verify (a FIDO key) is no key, where paramiko raises.
+    sk = "10.0.0.4 sk-ssh-ed25519@openssh.com AAAAGnNrLXNzaC1lZDI1NTE5QG9wZW5zc2guY29t\n"
+    assert connection.KnownHosts.parse(sk).lookup("10.0.0.4") == {}
+
+
+def test_a_fleets_known_hosts_builds_no_key_but_the_hosts_looked_up(tmp_path, monkeypatch):
+    pub = keygen(tmp_path / "k").with_suffix(".pub").read_text().split()[:2]
+    path = tmp_path / "known_hosts"
+    path.write_text("".join(f"10.1.{i // 250}.{i % 250} {' '.join(pub)}\n" for i in range(1000)))
+    built = []
+    real = paramiko.PKey.from_type_string
+    monkeypatch.setattr(
+        paramiko.PKey, "from_type_string", lambda *a, **k: built.append(a) or real(*a, **k)
+    )
+    index = connection._known_host_keys(path)
+    assert index is not None and built == []
+    assert list(index.lookup("10.1.3.7")) == ["ssh-ed25519"] and len(built) == 1
+    assert connection._known_host_keys(path) is index  # read once per content
