@@ -190,6 +190,13 @@ def files_reset_here(t: Target) -> None:
     shutil.rmtree(Path(t.vars["bench_root"]) / "etc" / "bench", ignore_errors=True)
 
 
+# gpumon-deploy's --forks in every bench: its workers are threads of one process, and past a
+# hundred they only contend for the interpreter's lock. 1,000 light hosts no-op, one run each,
+# alone (2026-12-02): --forks 100 27.9 s and 12.0 CPU-s, 200 29.6 s and 14.3, 1,000 31.3 s and
+# 16.8 (bench/README.md, "Round four"). The peers keep forks >= hosts: Ansible's are processes.
+GPUMON_FORKS = 100
+
+
 def files_workload() -> Workload:
     return Workload(
         reset_here=files_reset_here,
@@ -385,7 +392,7 @@ class Prepared:
                 "-e",
                 f"@{self.gpumon_vars}",
                 "--forks",
-                str(max(50, len(self.fleet.hosts))),
+                str(GPUMON_FORKS),
                 "--output",
                 "json",
             ]
