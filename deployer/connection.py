@@ -256,9 +256,31 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
 
 
 _KNOWN_HOSTS_LOCK = threading.Lock()
-_PARSED_LOCK = threading.Lock()
-_PARSED: dict[str, tuple[tuple[int, int], KnownHosts]] = {}
 _FIELDS = re.compile(r" |\t")
+
+
+class _PerContent:
+    """One value per file and content (modification time and size), made by ``load`` once and
+    shared by every connection of the run; None for a file that cannot be read."""
+
+    def __init__(self, load: Callable[[Path], Any]) -> None:
+        self._load = load
+        self._lock = threading.Lock()
+        self._values: dict[str, tuple[tuple[int, int], Any]] = {}
+
+    def get(self, path: Path) -> Any:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        stamp = (st.st_mtime_ns, st.st_size)
+        with self._lock:
+            hit = self._values.get(str(path))
+            if hit is not None and hit[0] == stamp:
+                return hit[1]
+            value = self._load(path)
+            self._values[str(path)] = (stamp, value)
+            return value
 
 
 @dataclass(frozen=True)
@@ -324,26 +346,22 @@ class KnownHosts:
 def _known_host_keys(path: Path) -> KnownHosts | None:
     """``path`` read as a known_hosts file, or None if there is none.
 
-    Read once per content (modification time and size) and shared by every connection of the
-    run: each connection reading the whole file cost O(hosts^2) for a fleet (bench/README.md).
-    Each client gets only its host's entries, as verification looks up no others.
+    Read once per content and shared by every connection of the run: each connection reading
+    the whole file cost O(hosts^2) for a fleet (bench/README.md). Each client gets only its
+    host's entries, as verification looks up no others.
     """
+    return _KNOWN_HOSTS.get(path)
+
+
+def _load_private_key(path: Path) -> Any:
     try:
-        st = path.stat()
-    except FileNotFoundError:
+        return paramiko.PKey.from_path(path)
+    except Exception:  # encrypted, unknown type, unreadable: paramiko's own path says why
         return None
-    stamp = (st.st_mtime_ns, st.st_size)
-    with _PARSED_LOCK:
-        hit = _PARSED.get(str(path))
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
-        keys = KnownHosts.parse(path.read_text(errors="replace"))
-        _PARSED[str(path)] = (stamp, keys)
-        return keys
 
 
-_KEYS_LOCK = threading.Lock()
-_KEYS: dict[str, tuple[tuple[int, int], Any]] = {}
+_KNOWN_HOSTS = _PerContent(lambda path: KnownHosts.parse(path.read_text(errors="replace")))
+_PRIVATE_KEYS = _PerContent(_load_private_key)
 
 
 def _private_key(path: str) -> Any:
@@ -356,22 +374,7 @@ def _private_key(path: str) -> Any:
     150 ms of CPU for an RSA-3072 key on this machine (bench/README.md, "Round four"), that is
     150 CPU-seconds for 1,000 hosts.
     """
-    p = Path(path).expanduser()
-    try:
-        st = p.stat()
-    except OSError:
-        return None
-    stamp = (st.st_mtime_ns, st.st_size)
-    with _KEYS_LOCK:
-        hit = _KEYS.get(str(p))
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
-        try:
-            key = paramiko.PKey.from_path(p)
-        except Exception:  # encrypted, unknown type, unreadable: paramiko's own path says why
-            key = None
-        _KEYS[str(p)] = (stamp, key)
-        return key
+    return _PRIVATE_KEYS.get(Path(path).expanduser())
 
 
 _TRANSIENT = (

@@ -141,7 +141,10 @@ class SSHServer:
             transport.add_server_key(self.host_key)
             self._transports.append(transport)
             with contextlib.suppress(paramiko.SSHException, EOFError, OSError):
-                transport.start_server(server=_RefuseEveryone())
+                transport.start_server(server=self.interface())
+
+    def interface(self) -> paramiko.ServerInterface:
+        return _RefuseEveryone()
 
     def close(self) -> None:
         self.sock.close()
@@ -321,17 +324,16 @@ class KeyServer(SSHServer):
         self.client_key, self.seen = client_key, []
         super().__init__(host_key)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            transport = paramiko.Transport(conn)
-            transport.add_server_key(self.host_key)
-            self._transports.append(transport)
-            with contextlib.suppress(paramiko.SSHException, EOFError, OSError):
-                transport.start_server(server=_AcceptKey(self.client_key, self.seen))
+    def interface(self) -> paramiko.ServerInterface:
+        return _AcceptKey(self.client_key, self.seen)
+
+
+def _known(tmp_path: Path, server: SSHServer, host_key: Path) -> Path:
+    """A known_hosts file recording ``host_key`` for the server's loopback port."""
+    known = tmp_path / "known_hosts"
+    kind, body = host_key.with_suffix(".pub").read_text().split()[:2]
+    known.write_text(f"[127.0.0.1]:{server.port} {kind} {body}\n")
+    return known
 
 
 def test_a_private_key_file_is_loaded_once_for_every_connection_of_the_run(tmp_path, monkeypatch):
@@ -341,9 +343,7 @@ def test_a_private_key_file_is_loaded_once_for_every_connection_of_the_run(tmp_p
     host = keygen(tmp_path / "host_key")
     client = keygen(tmp_path / "id_rsa", "rsa")
     server = KeyServer(load_key(host), load_key(client))
-    known = tmp_path / "known_hosts"
-    kind, body = host.with_suffix(".pub").read_text().split()[:2]
-    known.write_text(f"[127.0.0.1]:{server.port} {kind} {body}\n")
+    known = _known(tmp_path, server, host)
     loads = []
     real = paramiko.PKey.from_path
     monkeypatch.setattr(paramiko.PKey, "from_path", lambda p, *a: loads.append(p) or real(p, *a))
@@ -373,9 +373,7 @@ def test_an_encrypted_key_is_left_to_paramiko_and_refused_in_words(tmp_path):
     )
     assert connection._private_key(str(client)) is None
     server = KeyServer(load_key(host), load_key(host))
-    known = tmp_path / "known_hosts"
-    kind, body = host.with_suffix(".pub").read_text().split()[:2]
-    known.write_text(f"[127.0.0.1]:{server.port} {kind} {body}\n")
+    known = _known(tmp_path, server, host)
     target = SSHTarget(
         name="h", address="127.0.0.1", port=server.port, user="root",
         private_key_file=str(client), known_hosts_file=str(known),
