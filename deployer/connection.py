@@ -287,12 +287,13 @@ class _PerContent:
 class KnownHosts:
     """A known_hosts file indexed by host name, read as paramiko's ``HostKeys`` reads it (the
     first three fields split on one space or tab; names matched exactly or, ``|1|salt|hash``, by
-    HMAC-SHA1; marker lines such as ``@cert-authority`` and lines of unknown key types ignored),
-    with two differences that make a fleet's file cheap: one pass over the lines, and a key
-    object built only for the host looked up. ``paramiko.HostKeys`` builds one for every line
-    and, loading, looks every name up among the entries read so far: a file of 1,000 hosts cost
-    each run 0.4 CPU-seconds, and twenty-five times that at 5,000 (bench/README.md, "Round
-    four")."""
+    HMAC-SHA1), with two differences that make a fleet's file cheap: one pass over the lines,
+    and a key object built only for the host looked up. ``paramiko.HostKeys`` builds one for
+    every line and, loading, looks every name up among the entries read so far: a file of 1,000
+    hosts cost each run 0.4 CPU-seconds, and twenty-five times that at 5,000 (bench/README.md,
+    "Round four"). Where ``HostKeys`` raises and reads nothing (a marker line such as
+    ``@cert-authority``, a key type it cannot verify), that line alone is skipped; neither
+    honours a marker."""
 
     plain: dict[str, list[tuple[str, bytes]]]  # name -> [(key type, key bytes)], file order
     hashed: list[tuple[bytes, bytes, str, bytes]]  # (salt, HMAC-SHA1 of the name, type, key)
