@@ -36,6 +36,15 @@ _SECTIONS = ("os", "pci", "smi", "smi_rc", "proc", "pkgs", "nvswitch")
 # script), so it runs only where the status file names a package of those names (grep -F reads
 # it in 3 ms): every package dpkg knows has its "Package:" stanza there (deb-status(5)), so a
 # host without one (every monitoring host) skips it and one with one gets the same answer.
+# Both read one list of names, so the test can never miss a package the query asks for.
+_DPKG_NAMES = (
+    "nvidia-",
+    "cuda-drivers",
+    "libnvidia-compute",
+    "libnvidia-nscq",
+    "datacenter-gpu-manager",
+    "nvidia-fabricmanager",
+)
 FACTS_SCRIPT = r"""
 echo '@@os'
 if [ -r /etc/os-release ]; then . /etc/os-release; fi
@@ -64,8 +73,8 @@ procfs=${GPUMON_PROCFS:-/proc}
 if [ -r "$procfs/driver/nvidia/version" ]; then cat "$procfs/driver/nvidia/version" 2>/dev/null; fi
 echo '@@pkgs'
 if command -v dpkg-query >/dev/null 2>&1; then
-  if [ ! -r /var/lib/dpkg/status ] || grep -qF -e 'Package: nvidia-' -e 'Package: cuda-drivers' -e 'Package: libnvidia-compute' -e 'Package: libnvidia-nscq' -e 'Package: datacenter-gpu-manager' /var/lib/dpkg/status; then
-    dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' 'nvidia-*' 'cuda-drivers*' 'libnvidia-compute*' 'libnvidia-nscq*' 'datacenter-gpu-manager*' 'nvidia-fabricmanager*' 2>/dev/null
+  if [ ! -r /var/lib/dpkg/status ] || grep -qF @STATUS_NAMES@ /var/lib/dpkg/status; then
+    dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' @DPKG_PATTERNS@ 2>/dev/null
   fi
 fi
 if command -v rpm >/dev/null 2>&1; then
@@ -77,6 +86,9 @@ for x in "$procfs"/driver/nvidia-nvswitch/devices/*; do [ -e "$x" ] && n=$((n+1)
 echo "$n"
 true
 """
+FACTS_SCRIPT = FACTS_SCRIPT.replace(
+    "@STATUS_NAMES@", " ".join(f"-e 'Package: {n}'" for n in _DPKG_NAMES)
+).replace("@DPKG_PATTERNS@", " ".join(f"'{n}*'" for n in _DPKG_NAMES))
 
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Wed Apr 29 ..." (proprietary, both
 # lines of driver-misc/proc-driver-nvidia-version.txt) and "NVRM version: NVIDIA UNIX Open Kernel
