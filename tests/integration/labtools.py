@@ -69,8 +69,15 @@ def infra(ssh_config: Path, host: str) -> Any:
     return testinfra.get_host(f"ssh://{host}", ssh_config=str(ssh_config))
 
 
-def wait_until(what: str, probe: Callable[[], Any], timeout: float, every: float = 2) -> Any:
-    """Poll ``probe`` until it returns something truthy (returned); bounded in time."""
+def wait_until(
+    what: str,
+    probe: Callable[[], Any],
+    timeout: float,
+    every: float = 2,
+    seen: Callable[[], str] | None = None,
+) -> Any:
+    """Poll ``probe`` until it returns something truthy (returned); bounded in time. ``seen``
+    says, when it times out, what the last probe saw (a probe that returns None cannot)."""
     end = time.monotonic() + timeout
     last = None
     while time.monotonic() < end:
@@ -78,7 +85,7 @@ def wait_until(what: str, probe: Callable[[], Any], timeout: float, every: float
         if last:
             return last
         time.sleep(every)
-    pytest.fail(f"{what}: not within {timeout:.0f}s (last: {last!r})")
+    pytest.fail(f"{what}: not within {timeout:.0f}s (last: {seen() if seen else repr(last)})")
 
 
 def alerting_vars(url: str, *, send_resolved: bool, group_interval: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import functools
 import json
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -160,13 +160,17 @@ def not_ok(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     ]
 
 
-def why(data: dict[str, Any]) -> list[str]:
-    """The rows not ok, with their details (for assertion messages)."""
-    return [
-        f"{c['state']} {c['component']} {c['host']} {c['check']}: {c['detail']}"
-        for c in data["checks"]
-        if not c["ok"]
-    ]
+def why(data: dict[str, Any]) -> str:
+    """The rows not ok, with their details, one per line (an assertion message: pytest prints a
+    string whole, and cuts the repr of anything else at 240 characters)."""
+    return rows(c for c in data["checks"] if not c["ok"])
+
+
+def rows(checks: Iterable[dict[str, Any]]) -> str:
+    """Status rows as lines of text, details whole (see ``why``)."""
+    return "\n".join(
+        f"{c['state']} {c['component']} {c['host']} {c['check']}: {c['detail']}" for c in checks
+    )
 
 
 def firing_in(url: str, node: str, gpu: int) -> bool:
@@ -573,8 +577,8 @@ def test_stopped_replica_fails_status_naming_it_then_green_again(deployed, mlab,
         assert ("prometheus", replica.name, "ready", "failed") in not_ok(data)
         # The other replica keeps scraping: at most its scrape of the stopped replica fails.
         others = [c for c in data["failed"] if c["host"] == other.name]
-        assert all(c["check"] == "scraping job prometheus" for c in others), others
-        assert all(replica.name in c["detail"] for c in others), others
+        assert all(c["check"] == "scraping job prometheus" for c in others), rows(others)
+        assert all(replica.name in c["detail"] for c in others), rows(others)
         proc = gpumon("status", "-i", str(inventory), timeout=120)
         assert f"FAILED prometheus {replica.name}: ready" in proc.stderr
     finally:
@@ -731,13 +735,25 @@ def test_a_gpu_lost_while_a_replica_was_down_is_missing_there_after_its_restart(
     try:
         wait_until(f"{replica.name} ready", lambda: http_fetch(f"{url}/-/ready").status == 200, 120)
 
+        last: dict[str, Any] = {}
+
         def counted() -> dict[str, Any] | None:
             _, data = status_json(inventory, "--api-only")
+            last["checks"] = data["checks"]
             row = next(c for c in data["checks"] if c["component"] == "gpus" and c["host"] == node)
             return row if f"{replica.name} sees" in row["detail"] else None
 
+        def seen() -> str:
+            return (
+                rows(c for c in last.get("checks", []) if c["host"] in (node, replica.name))
+                + "\n"
+                + why(last)
+                if last
+                else "no status"
+            )
+
         # Pending until the restarted replica has scraped the exporter, then counted.
-        row = wait_until(f"{replica.name} counted {node}'s GPUs", counted, 240)
+        row = wait_until(f"{replica.name} counted {node}'s GPUs", counted, 240, seen=seen)
         assert row["state"] == "failed"
         assert f"{replica.name} sees {gpus - 1}" in row["detail"], row
     finally:
