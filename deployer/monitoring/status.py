@@ -145,6 +145,25 @@ def _ready(fetch: Fetch, url: str) -> tuple[str, str]:
     return FAILED, f"/-/ready answered HTTP {r.status}"
 
 
+def replica_started(fetch: Fetch, url: str, gauges: Mapping[str, float] | None) -> float | None:
+    """When the replica's process started, as a bound every sample its predecessor wrote is
+    older than: ``startTime`` of ``/api/v1/status/runtimeinfo``, the web handler's ``time.Now()``
+    taken before the TSDB opens and before the first scrape (prometheus v2.42.0
+    ``web/web.go:294,709``, ``cmd/prometheus/main.go:684`` vs ``:894``, 225c611).
+
+    Not ``process_start_time_seconds``: client_golang derives it from ``/proc/stat`` ``btime``,
+    whole seconds (proc(5)), so it is up to one second early (0.88 s on the lab's kernel), and a
+    sample the stopped replica took just before its stop passed for one of the new process's.
+    That gauge, plus that second, is the fallback when runtimeinfo does not answer."""
+    data, err = api_data(fetch, f"{url}/api/v1/status/runtimeinfo")
+    if err is None and isinstance(data, dict):
+        birth = parse_time(str(data.get("startTime") or ""))
+        if birth is not None:
+            return birth
+    start = gauges.get(START) if gauges is not None else None
+    return None if start is None else start + 1.0
+
+
 def _observe_replica(exp: StackExpectation, rep: Replica, fetch: Fetch, obs: _Obs) -> None:
     obs.ready[rep.host] = _ready(fetch, rep.url)
     if obs.ready[rep.host][0] != OK:
@@ -158,7 +177,7 @@ def _observe_replica(exp: StackExpectation, rep: Replica, fetch: Fetch, obs: _Ob
     data, err = api_data(fetch, f"{rep.url}/api/v1/targets?state=active")
     obs.targets[rep.host] = err if err is not None else active_targets(data)
     if exp.gpus or exp.gpu_records:
-        started = gauges.get(START) if gauges is not None else None
+        started = replica_started(fetch, rep.url, gauges)
         series, err = query(fetch, rep.url, gpu_query(exp.gpu_metric, since=started))
         obs.gpus[rep.host] = err if err is not None else series
     if exp.gpu_records:

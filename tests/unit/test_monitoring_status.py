@@ -90,6 +90,8 @@ class CannedStack:
         self.started = {P1: STARTED, P2: STARTED} | {
             f"http://{a}:9093": STARTED for a in AMS.values()
         }
+        # runtimeinfo's startTime, where a test sets one apart from the process gauge
+        self.birth: dict[str, float | None] = {}
         self.reload_ok = dict.fromkeys(self.started, 1.0)
         self.am_hash = {a: md5_metric_value(md5_of(AM_CONFIG)) for a in AMS.values()}
         self.am_status = dict.fromkeys(AMS.values(), "ready")
@@ -134,6 +136,11 @@ class CannedStack:
                 for (j, i), (h, last, err) in self.targets[base].items()
             ]
             return ok({"status": "success", "data": {"activeTargets": active}})
+        if parts.path == "/api/v1/status/runtimeinfo":
+            birth = self.birth.get(base, self.started[base])
+            if birth is None:
+                return Response(404, "404 page not found\n")
+            return ok({"status": "success", "data": {"startTime": rfc3339(birth), "CWD": "/"}})
         if parts.path == "/api/v1/query":
             query = urllib.parse.parse_qs(parts.query)["query"][0]
             m = re.fullmatch(
@@ -352,6 +359,31 @@ def test_gpus_not_sampled_since_the_replica_started_are_not_counted(stack):
     # marker, but their last sample is older than prom02's start.
     stack.started[P2] = NOW - 60
     stack.sampled["GPU-gpu01-0"] = NOW - 90
+    stack.gpus[P1] = gpu_series("gpu01", 8)[1:]
+    checks = run(stack)
+    assert detail(checks, "gpu01", "8 GPUs in the exporter's metrics") == (
+        "prom01 sees 7; prom02 sees 7"
+    )
+
+
+def test_the_replicas_start_is_runtimeinfos_not_the_process_gauge_btime_cuts_to_seconds(stack):
+    # prom02 took its last sample of the lost GPU 0.4 s before its stop; the new process
+    # started 0.3 s after. process_start_time_seconds says 0.9 s earlier than that (btime is
+    # whole seconds), which the old sample passes; runtimeinfo's startTime it does not.
+    stack.birth[P2] = NOW - 60
+    stack.started[P2] = NOW - 60.9
+    stack.sampled["GPU-gpu01-0"] = NOW - 60.7
+    stack.gpus[P1] = gpu_series("gpu01", 8)[1:]
+    checks = run(stack)
+    assert detail(checks, "gpu01", "8 GPUs in the exporter's metrics") == (
+        "prom01 sees 7; prom02 sees 7"
+    )
+
+
+def test_without_runtimeinfo_the_process_gauge_counts_from_the_second_after(stack):
+    stack.birth[P2] = None  # runtimeinfo answers 404
+    stack.started[P2] = NOW - 60.9
+    stack.sampled["GPU-gpu01-0"] = NOW - 60.7
     stack.gpus[P1] = gpu_series("gpu01", 8)[1:]
     checks = run(stack)
     assert detail(checks, "gpu01", "8 GPUs in the exporter's metrics") == (
