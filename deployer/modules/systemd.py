@@ -13,6 +13,13 @@ invocation other than the one before (systemd gives every start a random ``Invoc
 reload by the same invocation still running. As a handler, a restart is also a state: the engine
 keeps the unit's invocation of the moment a change made the restart owed (the ``baseline``); a unit
 already running a newer invocation (started after that change, with it) needs no restart.
+
+``started`` with a replaced unit file (or drop-in): a unit that is not serving then, one systemd is
+restarting after a crash (``SubState=auto-restart``), still starting, or stopped, starts from the
+file on disk at once (``start_from_disk_script``); a running unit is left to the restart the
+change notifies (a takedown, which the HA guard judges). Without this a crash-looping daemon kept
+crashing under the old file until its next automatic restart, and the task's readiness wait
+failed on that crash of the old file (CI, 2026-12-02: a fixed flag after a crash loop).
 """
 
 from __future__ import annotations
@@ -279,7 +286,9 @@ class SystemdUnit(Module):
             verb = "enable" if args["enabled"] else "disable"
             run_checked(session, f"systemctl {verb} -- {unit}")
         state = args.get("state")
-        if state == "started" and "active" in d:
+        if state == "started" and (wrote or "need_daemon_reload" in d):
+            run_checked(session, start_from_disk_script(args["name"]))
+        elif state == "started" and "active" in d:
             run_checked(session, f"systemctl start -- {unit}")
         elif state == "stopped" and "active" in d:
             run_checked(session, f"systemctl stop -- {unit}")
@@ -316,6 +325,46 @@ JOURNAL_LINES = 20
 ERROR_LINES = 5
 ERROR_SCAN_LINES = 200
 _ERROR_WORDS = "error[: =]|fatal|panic|level=err"
+
+
+# A running process younger than this that systemd restarted (NRestarts > 0) may be one run of a
+# crash loop between two crashes: it is watched that long before it counts as serving.
+CRASH_SETTLE_S = 10
+
+
+def start_from_disk_script(unit: str) -> str:
+    """Shell run after a replaced unit file's ``daemon-reload`` (state ``started``): a unit not
+    serving starts from the file on disk now; a running one is left alone (exit 0).
+
+    - ``auto-restart`` (between two runs of a crash loop) or ``activating`` (still starting, from
+      the old file): ``systemctl restart``, which starts it now. ``systemctl start`` would wait
+      for the restart timer, or do nothing while it starts (systemd ``src/core/service.c``,
+      ``service_start``: ``-EAGAIN`` in ``SERVICE_AUTO_RESTART``, 0 while starting).
+    - stopped or failed: ``systemctl start``.
+    - running, systemd-restarted and younger than ``CRASH_SETTLE_S``: watched until it is that old
+      (serving; exit 0) or down (then as above). ``NRestarts`` is not reset by a restart by hand
+      (systemd 252, seen on the lab), so an old count alone says nothing; the age does (``ps``,
+      procps; without it, or without a main PID, the unit counts as serving).
+    """
+    u = q(unit)
+    tries = CRASH_SETTLE_S * 4
+    return (
+        f"i=0\n"
+        f"while :; do\n"
+        f"  st=$(systemctl show -p ActiveState,SubState,NRestarts,MainPID -- {u})\n"
+        '  v() { printf \'%s\\n\' "$st" | sed -n "s/^$1=//p"; }\n'
+        "  a=$(v ActiveState); s=$(v SubState); n=$(v NRestarts); pid=$(v MainPID)\n"
+        '  case "$a/$s" in\n'
+        f"    */auto-restart|activating/*) exec systemctl restart -- {u} ;;\n"
+        f"    inactive/*|failed/*) exec systemctl start -- {u} ;;\n"
+        "  esac\n"
+        '  [ "${n:-0}" -gt 0 ] && [ "${pid:-0}" -gt 0 ] || exit 0\n'
+        "  age=$(ps -o etimes= -p \"$pid\" 2>/dev/null | tr -d ' ')\n"
+        f'  [ -n "$age" ] && [ "$age" -lt {CRASH_SETTLE_S} ] || exit 0\n'
+        f'  i=$((i + 1)); [ "$i" -lt {tries} ] || exit 0\n'
+        "  sleep 0.25\n"
+        "done"
+    )
 
 
 def unit_report_script(unit: str) -> str:

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from deployer.connection import CommandFailed, CommandResult, ScriptedConnection
-from deployer.modules.systemd import SystemdUnit
+from deployer.modules.systemd import SystemdUnit, start_from_disk_script
 
 
 def show(
@@ -134,7 +134,102 @@ def test_new_unit_file_is_written_reloaded_enabled_started_in_that_order() -> No
     assert conn.stdins[0] == UNIT.encode()
     assert reload == "systemctl daemon-reload"
     assert enable == "systemctl enable -- node_exporter.service"
-    assert start == "systemctl start -- node_exporter.service"
+    assert start == start_from_disk_script("node_exporter.service")
+
+
+def test_a_started_unit_whose_file_did_not_change_is_only_started_when_down() -> None:
+    _, _, conn = write({"content": UNIT, "state": "started"}, unit_file(UNIT) + show("inactive"))
+    assert conn.commands == ["systemctl start -- node_exporter.service"]
+
+
+class FakeSystemd:
+    """``systemctl`` and ``ps`` on PATH for ``start_from_disk_script``, run by a real ``sh``:
+    each ``systemctl show`` answers the next state (the last one repeats), ``ps`` the main
+    process' age; what the script asked systemd to do is logged."""
+
+    def __init__(self, tmp_path, states: list[str], ages: list[int]) -> None:
+        self.dir = tmp_path
+        (tmp_path / "states").write_text("\n".join(states) + "\n")
+        (tmp_path / "ages").write_text("\n".join(map(str, ages)) + "\n")
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        pop = (
+            'f="$D/$1"; line=$(head -n 1 "$f"); '
+            '[ "$(wc -l < "$f")" -gt 1 ] && sed -i 1d "$f"; printf "%s\\n" "$line"'
+        )
+        (bin_dir / "systemctl").write_text(
+            "#!/bin/sh\n"
+            f"pop() {{ {pop}; }}\n"
+            'if [ "$1" = show ]; then pop states | tr " " "\\n"; exit 0; fi\n'
+            'echo "$*" >> "$D/asked"\n'
+        )
+        (bin_dir / "ps").write_text(f"#!/bin/sh\npop() {{ {pop}; }}\npop ages\n")
+        for f in ("systemctl", "ps"):
+            (bin_dir / f).chmod(0o755)
+
+    def run(self, unit: str = "prometheus.service") -> list[str]:
+        import os
+        import subprocess
+
+        env = {**os.environ, "PATH": f"{self.dir / 'bin'}:{os.environ['PATH']}", "D": str(self.dir)}
+        subprocess.run(["sh", "-c", start_from_disk_script(unit)], env=env, check=True, timeout=20)
+        asked = self.dir / "asked"
+        return asked.read_text().splitlines() if asked.exists() else []
+
+
+def state(active: str, sub: str, restarts: int = 0, pid: int = 4242) -> str:
+    return f"ActiveState={active} SubState={sub} NRestarts={restarts} MainPID={pid}"
+
+
+@pytest.mark.parametrize(
+    "states, ages, asked",
+    [
+        pytest.param(
+            [state("activating", "auto-restart", 1, 0)],
+            [],
+            ["restart -- prometheus.service"],
+            id="between-two-crashes-restarted-now-not-after-the-restart-timer",
+        ),
+        pytest.param(
+            [state("activating", "start")],
+            [],
+            ["restart -- prometheus.service"],
+            id="still-starting-from-the-old-file",
+        ),
+        pytest.param(
+            [state("failed", "failed", 0, 0)], [], ["start -- prometheus.service"], id="failed"
+        ),
+        pytest.param(
+            [state("inactive", "dead", 0, 0)], [], ["start -- prometheus.service"], id="stopped"
+        ),
+        pytest.param(
+            [state("active", "running", 0)], [1], [], id="running-never-restarted-by-systemd"
+        ),
+        pytest.param(
+            [state("active", "running", 3)], [86400], [], id="running-for-a-day-after-old-crashes"
+        ),
+        pytest.param(
+            [
+                state("active", "running", 1),
+                state("active", "running", 1),
+                state("activating", "auto-restart", 1),
+            ],
+            [1, 1],
+            ["restart -- prometheus.service"],
+            id="a-young-run-of-a-crash-loop-watched-until-it-crashes",
+        ),
+        pytest.param(
+            [state("active", "running", 1)],
+            [2, 5, 8, 11],
+            [],
+            id="a-young-run-that-lives-the-settle-time-is-serving",
+        ),
+    ],
+)
+def test_a_replaced_unit_not_serving_starts_from_the_file_on_disk(
+    tmp_path, states, ages, asked
+) -> None:
+    assert FakeSystemd(tmp_path, states, ages or [0]).run() == asked
 
 
 def test_dropin_goes_into_the_units_d_directory() -> None:
