@@ -132,7 +132,7 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     from deployer.gpu import preflight, rules
     from deployer.inventory import load_inventory
     from deployer.monitoring import file_sd
-    from deployer.plan import Planner
+    from deployer.plan import Planner, resolve_view
     from deployer.roles import Play
 
     stage("import", t)
@@ -150,7 +150,8 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     t = start()
     defaults = planner.play_defaults(gpu_play)
     hosts = list(inventory.hosts)
-    variables = {h: inventory.resolve_vars(h, defaults) for h in hosts}
+    # As the preflight reads them (Planner.variables): views over the layers, nothing copied.
+    variables = {h: resolve_view(inventory, h, defaults) for h in hosts}
     stage("variable_resolution", t)
 
     t = start()

@@ -46,6 +46,14 @@ def resolve(
     return variables
 
 
+def resolve_view(
+    inventory: Any, host: str, defaults: Mapping[str, Any], overrides: Mapping[str, Any] = EMPTY
+) -> Mapping[str, Any]:
+    """What :func:`resolve` gives, as a read-only view over the layers (nothing copied): for the
+    reads of every GPU host's plan, which at 100,000 hosts copied 140 MiB of merged dicts."""
+    return inventory.layered_vars(host, defaults, overrides)
+
+
 @dataclass
 class PlannedTask:
     """A task made concrete for one host: module instance and final arguments."""
@@ -183,9 +191,10 @@ class Planner:
 
     def variables(
         self, host: str, roles: tuple[str, ...], overrides: Mapping[str, Any] = EMPTY
-    ) -> dict[str, Any]:
-        """``host``'s variables in the scope of ``roles`` (the rule: :func:`resolve`)."""
-        return resolve(self.inventory, host, self.defaults_of(roles), overrides)
+    ) -> Mapping[str, Any]:
+        """``host``'s variables in the scope of ``roles`` (the rule: :func:`resolve`), read-only
+        (:func:`resolve_view`)."""
+        return resolve_view(self.inventory, host, self.defaults_of(roles), overrides)
 
     def scope(
         self,

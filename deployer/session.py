@@ -29,6 +29,7 @@ from deployer.facts import FACTS_SCRIPT, HostFacts, gather, parse_facts
 from deployer.gpu import driver_record, gpu_plan, preflight
 from deployer.hostpattern import NoHostsMatched, select, split_patterns
 from deployer.hostsession import Prefetched, first_read_scripts, run_then_read
+from deployer.inventory.model import LayeredVars
 from deployer.plan import EMPTY, HostPlan, Planner
 from deployer.report import ConsoleReporter, write_json
 from deployer.results import RunReport
@@ -416,7 +417,7 @@ class DeploySession:
         gpu = [h for h in gpu if h not in self.not_judged]
         for h in factless:
             if variables[h].get("gpu_count") is None:
-                variables[h] = {**variables[h], "gpu_count": 1}
+                variables[h] = LayeredVars({"gpu_count": 1}, variables[h])
         plans = preflight.host_plans(
             self.inventory, gpu, variables, None if offline else self.facts
         )
@@ -438,9 +439,9 @@ class DeploySession:
         found = [r for play in self.site_plays for r in play.roles if r in preflight.GPU_ROLES]
         return tuple(dict.fromkeys(found))
 
-    def host_variables(self, host: str, overrides: Mapping[str, Any] = EMPTY) -> dict[str, Any]:
+    def host_variables(self, host: str, overrides: Mapping[str, Any] = EMPTY) -> Mapping[str, Any]:
         """A GPU host's variables in the scope of the GPU roles (``Planner.variables``: the one
-        rule, the same a play's tasks see in the scope of the play's roles)."""
+        rule, the same a play's tasks see in the scope of the play's roles), read-only."""
         return self.load_content().variables(host, self.gpu_roles(), overrides)
 
     def converge(

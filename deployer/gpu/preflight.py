@@ -22,6 +22,7 @@ still says what it said when that run started; else the inventory's.
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +55,7 @@ class DriverChoice:
     """The driver variables a GPU host is planned with, where they come from, and a note for the
     operator (``None`` when there is nothing to say)."""
 
-    variables: dict[str, Any]
+    variables: Mapping[str, Any]  # read-only (a view over the inventory's layers)
     origin: str
     note: str | None = None
 
@@ -72,22 +73,20 @@ def choose_driver(
 ) -> DriverChoice:
     """The host's variables with the driver it is planned to run (see the module docstring);
     ``explicit`` names the driver variables given with ``-e``."""
-    out = dict(variables)
     if explicit:
-        return DriverChoice(out, "-e " + ", ".join(k for k in DRIVER_VARS if k in explicit))
+        return DriverChoice(variables, "-e " + ", ".join(k for k in DRIVER_VARS if k in explicit))
     if record is None:
-        return DriverChoice(out, "the inventory")
+        return DriverChoice(variables, "the inventory")
     if record.describes(variables):
-        out.update(record.variables())
         return DriverChoice(
-            out,
+            ChainMap(record.variables(), variables),  # type: ignore[arg-type]
             f"upgrade-driver run {record.run_id}",
             f"keeps driver {record.version} from upgrade-driver run {record.run_id}; the "
             f"inventory still says {_said(record.inventory)}: set nvidia_driver_version: "
             f"{record.version} to say what the host runs",
         )
     return DriverChoice(
-        out,
+        variables,
         f"the inventory, changed since upgrade-driver run {record.run_id} left {record.version}",
     )
 
