@@ -141,7 +141,9 @@ class Job:
 
 class GpuProcesses(threading.Thread):
     """The job's process on its GPUs as nvidia-smi lists it (the simulation's gpu-jobs fault
-    with the job's real pid), cleared as soon as Slurm says the job ended."""
+    with the job's real pid), cleared as soon as Slurm says the job ended. ``cleared_at``: when
+    the clearing began, so nothing can have seen the GPUs free before it (``heal`` removes the
+    fault first, then waits for the host: a rollout polling the GPUs moves on in between)."""
 
     def __init__(self, lab: Lab, job: Job) -> None:
         super().__init__(daemon=True)
@@ -156,8 +158,8 @@ class GpuProcesses(threading.Thread):
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline and not self.job.ended():
             time.sleep(1.0)
-        self.lab.heal(self.job.node)
         self.cleared_at = time.time()
+        self.lab.heal(self.job.node)
 
 
 class Rollout:
