@@ -366,22 +366,19 @@ def test_gpus_not_sampled_since_the_replica_started_are_not_counted(stack):
     )
 
 
-def test_the_replicas_start_is_runtimeinfos_not_the_process_gauge_btime_cuts_to_seconds(stack):
+@pytest.mark.parametrize(
+    "birth",
+    [
+        pytest.param(NOW - 60, id="runtimeinfo-start-time"),
+        pytest.param(None, id="no-runtimeinfo-the-gauge-and-one-second"),
+    ],
+)
+def test_the_replicas_start_is_not_the_process_gauge_which_btime_cuts_to_seconds(stack, birth):
     # prom02 took its last sample of the lost GPU 0.4 s before its stop; the new process
     # started 0.3 s after. process_start_time_seconds says 0.9 s earlier than that (btime is
-    # whole seconds), which the old sample passes; runtimeinfo's startTime it does not.
-    stack.birth[P2] = NOW - 60
-    stack.started[P2] = NOW - 60.9
-    stack.sampled["GPU-gpu01-0"] = NOW - 60.7
-    stack.gpus[P1] = gpu_series("gpu01", 8)[1:]
-    checks = run(stack)
-    assert detail(checks, "gpu01", "8 GPUs in the exporter's metrics") == (
-        "prom01 sees 7; prom02 sees 7"
-    )
-
-
-def test_without_runtimeinfo_the_process_gauge_counts_from_the_second_after(stack):
-    stack.birth[P2] = None  # runtimeinfo answers 404
+    # whole seconds), which the old sample passes; runtimeinfo's startTime it does not, nor,
+    # where runtimeinfo answers 404 (birth None), the gauge plus the second it can be early.
+    stack.birth[P2] = birth
     stack.started[P2] = NOW - 60.9
     stack.sampled["GPU-gpu01-0"] = NOW - 60.7
     stack.gpus[P1] = gpu_series("gpu01", 8)[1:]
