@@ -278,7 +278,8 @@ class SystemdUnit(Module):
                 run_checked(session, f"mkdir -p -m 0755 -- {q(path.rsplit('/', 1)[0])}")
             run_checked(session, atomic_write_script(path, _ROOT_644), stdin=text.encode("utf-8"))
             wrote = True
-        if wrote or "need_daemon_reload" in d:
+        reloaded = wrote or "need_daemon_reload" in d  # systemd now holds the file on disk
+        if reloaded:
             run_checked(session, "systemctl daemon-reload")
         if d.get("masked", (None, None))[1] is False:
             run_checked(session, f"systemctl unmask -- {unit}")
@@ -286,7 +287,7 @@ class SystemdUnit(Module):
             verb = "enable" if args["enabled"] else "disable"
             run_checked(session, f"systemctl {verb} -- {unit}")
         state = args.get("state")
-        if state == "started" and (wrote or "need_daemon_reload" in d):
+        if state == "started" and reloaded:
             run_checked(session, start_from_disk_script(args["name"]))
         elif state == "started" and "active" in d:
             run_checked(session, f"systemctl start -- {unit}")
