@@ -102,12 +102,130 @@ _FastLoader: Any = (
 )
 
 
+class _NotPlain(Exception):
+    """The text uses YAML that :func:`_build_from_events` leaves to the full loader."""
+
+
+_TAG = "tag:yaml.org,2002:"
+_STR_TAG = _TAG + "str"
+# Tags of plain scalars built here by PyYAML's own constructors: immutable values, so one per
+# distinct text serves every occurrence.
+_SCALAR_TAGS = frozenset(_TAG + t for t in ("null", "bool", "int", "float", "timestamp"))
+_CParser: Any = getattr(getattr(yaml, "_yaml", None), "CParser", None)
+
+
+def _build_from_events(text: str, source: str) -> Any:
+    """The document built straight from libyaml's events, for the YAML nearly every inventory
+    and vars file is made of: untagged mappings, sequences and scalars, one document. It gives
+    what the full loader (``_FastLoader``) gives, ``SourceDict`` lines included, without its
+    node tree and its per-node constructor calls (about half of loading a large inventory:
+    bench/README.md). Anything else (a tag such as ``!unsafe`` or ``!vault``, an anchor or alias,
+    a merge key, a key that is not a scalar, a duplicate key, a second document, a syntax
+    error) raises ``_NotPlain`` and is left to the full loader, with its errors."""
+    helper = _Loader("")  # PyYAML's resolver and scalar constructors, as the full loader has them
+    plain: dict[str, Any] = {}  # each distinct plain scalar's value
+    no_key = _NO_KEY
+    # The innermost open container and its state; the enclosing ones wait on ``stack``.
+    container: Any = None
+    in_mapping = False
+    key: Any = no_key
+    key_line = 0
+    lines: dict[Any, int] = {}
+    stack: list[tuple[Any, bool, Any, int, dict[Any, int]]] = []
+    result: Any = None
+    documents = 0
+    new_mapping = dict.__new__
+    scalar_event, alias_event = yaml.ScalarEvent, yaml.AliasEvent
+    mapping_start, mapping_end = yaml.MappingStartEvent, yaml.MappingEndEvent
+    sequence_start, sequence_end = yaml.SequenceStartEvent, yaml.SequenceEndEvent
+    parser = _CParser(text)
+    next_event = parser.get_event
+    try:
+        while True:
+            event = next_event()
+            kind = type(event)
+            if kind is scalar_event:
+                if event.anchor is not None or event.tag is not None:
+                    raise _NotPlain
+                value = event.value
+                if event.implicit[0]:
+                    known = plain.get(value, no_key)
+                    if known is no_key:
+                        tag = helper.resolve(yaml.ScalarNode, value, (True, False))
+                        if tag == _STR_TAG:
+                            known = value
+                        elif tag in _SCALAR_TAGS:
+                            node = yaml.ScalarNode(tag, value)
+                            known = helper.yaml_constructors[tag](helper, node)
+                        else:  # a merge key (<<), a value key (=)
+                            raise _NotPlain
+                        plain[value] = known
+                    value = known
+                if in_mapping and key is no_key:
+                    if value in container:
+                        raise _NotPlain
+                    key = value
+                    key_line = event.start_mark.line + 1
+                    continue
+            elif kind is mapping_start or kind is sequence_start:
+                if event.anchor is not None or event.tag is not None:
+                    raise _NotPlain
+                if in_mapping and key is no_key:  # a mapping or sequence as a key
+                    raise _NotPlain
+                stack.append((container, in_mapping, key, key_line, lines))
+                if kind is mapping_start:
+                    container = new_mapping(SourceDict)
+                    container.source = source
+                    container.line = event.start_mark.line + 1
+                    lines = container.key_lines = {}
+                    in_mapping = True
+                else:
+                    container = []
+                    in_mapping = False
+                key = no_key
+                continue
+            elif kind is mapping_end or kind is sequence_end:
+                value = container
+                container, in_mapping, key, key_line, lines = stack.pop()
+            elif kind is yaml.DocumentStartEvent:
+                documents += 1
+                if documents > 1:
+                    raise _NotPlain
+                continue
+            elif kind is yaml.StreamEndEvent:
+                return result
+            elif kind is alias_event:
+                raise _NotPlain
+            else:  # stream start, document end
+                continue
+            if in_mapping:
+                container[key] = value
+                lines[key] = key_line
+                key = no_key
+            elif container is not None:
+                container.append(value)
+            else:
+                result = value
+    except yaml.YAMLError as exc:
+        raise _NotPlain from exc
+    finally:
+        parser.dispose()
+
+
+_NO_KEY = object()
+
+
 def load_yaml_text(text: str, source: str) -> Any:
     """Parse YAML text; syntax errors become InputError with the file and line. The cyclic GC
     is paused while the many small objects of a large file are built."""
     loader_cls = type("_SourceLoader", (_FastLoader,), {"source": source})
     try:
         with collector_paused():
+            if _CParser is not None:
+                try:
+                    return _build_from_events(text, source)
+                except _NotPlain:
+                    pass
             return yaml.load(text, Loader=loader_cls)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
