@@ -20,6 +20,7 @@ Pure: the data comes from ``deployer.gpu.matrix``.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -599,6 +600,7 @@ def resolve(plan: VersionPlan) -> ResolvedPlan:
 _VERDICT_FIELDS = tuple(
     f.name for f in dataclasses.fields(VersionPlan) if f.name not in ("host", "rack")
 )
+_verdict_key = operator.attrgetter(*_VERDICT_FIELDS)  # a plan's fields but host and rack
 
 
 class _Verdicts:
@@ -612,7 +614,7 @@ class _Verdicts:
     def evaluate(self, plan: VersionPlan) -> tuple[ResolvedPlan | None, list[Refusal]]:
         """The shared verdict for ``plan``'s combination (its ResolvedPlan and refusals may name
         another host of the same combination)."""
-        key = tuple(getattr(plan, name) for name in _VERDICT_FIELDS)
+        key = _verdict_key(plan)
         verdict = self._seen.get(key)
         if verdict is None:
             verdict = self._seen[key] = _evaluate(plan)

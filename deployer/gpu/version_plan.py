@@ -208,6 +208,19 @@ PLAN_VARS = (
     "dcgm_exporter_version",
 )
 _ABSENT = object()
+_SHARED_VARS = tuple(name for name in PLAN_VARS if name != "rack")
+
+
+def _for_host(plan: VersionPlan, host: str, rack: str | None) -> VersionPlan:
+    """``dataclasses.replace(plan, host=host, rack=rack)`` without its per-field ``__init__``
+    call: ``plan`` was validated, and only the two fields that are never validated change (a
+    sixth of checking 100,000 hosts went to ``replace``)."""
+    copied = object.__new__(VersionPlan)
+    fields = copied.__dict__
+    fields.update(plan.__dict__)
+    fields["host"] = host
+    fields["rack"] = rack
+    return copied
 
 
 def plans_from_vars(
@@ -221,9 +234,10 @@ def plans_from_vars(
     shared: dict[tuple[Any, ...], VersionPlan] = {}
     plans = []
     for host, variables, gpu_names in hosts:
-        values = [variables.get(name, _ABSENT) for name in PLAN_VARS if name != "rack"]
+        values = tuple([variables.get(name, _ABSENT) for name in _SHARED_VARS])
         key: tuple[Any, ...] | None = (
-            *((type(v), v) for v in values),
+            values,
+            tuple(map(type, values)),
             tuple(gpu_names) if gpu_names is not None else None,
         )
         try:
@@ -236,7 +250,7 @@ def plans_from_vars(
                 shared[key] = plan
         else:
             rack = variables.get("rack")
-            plan = dataclasses.replace(plan, host=host, rack=None if rack is None else str(rack))
+            plan = _for_host(plan, host, None if rack is None else str(rack))
         plans.append(plan)
     return plans
 
