@@ -565,6 +565,9 @@ class TemplatedVars(Mapping[str, Any]):
         value = self._raw.get(key, _MISSING)  # no KeyError raised and caught per missing name
         if value is _MISSING:
             return default
+        kind = type(value)
+        if (kind is str and "{{" not in value and "{%" not in value) or kind in _PLAIN:
+            return value  # as _resolved returns it, without the call (a targets file's labels)
         return self._resolved(key, value)
 
     def sibling(self, raw: Mapping[str, Any], source: str) -> TemplatedVars:

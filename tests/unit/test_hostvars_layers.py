@@ -54,3 +54,17 @@ def test_a_hostvars_entry_holds_what_resolve_gives_with_its_own_name_and_hostvar
         assert list(entry) == list(expected)
         assert {k: entry[k] for k in entry} == expected
         assert entry.get("missing", 0) == 0
+
+
+def test_the_magic_variables_win_over_the_inventory_and_lose_only_to_overrides(tmp_path):
+    inventory = _inventory(tmp_path)
+    host = inventory.host("gpu01")
+    defaults = {"group_names": "a default", "port": 1}
+    plain = inventory.layered_vars(host, defaults)
+    assert plain["group_names"] == host.group_names and plain.get("inventory_hostname") == "gpu01"
+    assert "hostvars" in plain and list(plain) == list(inventory.resolve_vars(host, defaults))
+    disjoint = inventory.layered_vars(host, defaults, {"port": 2})
+    assert disjoint["port"] == 2 and disjoint["group_names"] == host.group_names
+    assert list(disjoint) == list({**inventory.resolve_vars(host, defaults), "port": 2})
+    naming_one = inventory.layered_vars(host, defaults, {"group_names": ["mine"]})
+    assert naming_one["group_names"] == ["mine"] and naming_one.get("group_names") == ["mine"]
