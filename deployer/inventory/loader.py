@@ -12,7 +12,7 @@ from typing import Any
 
 from deployer.errors import InputError
 from deployer.inventory import group_map as group_mapping
-from deployer.inventory.connection_vars import connection_spec, render_connection_vars
+from deployer.inventory.connection_vars import ConnectionSpecs, render_connection_vars
 from deployer.inventory.draft import Draft
 from deployer.inventory.model import Host, Inventory
 from deployer.inventory.names import MAGIC_VARS, is_identifier
@@ -161,7 +161,7 @@ def _load_inventory(
             group_members[g].append(host_name)
 
     # Every host names the same key and known_hosts files: expand each path once per load.
-    expand_user = functools.lru_cache(maxsize=None)(os.path.expanduser)
+    specs = ConnectionSpecs(functools.lru_cache(maxsize=None)(os.path.expanduser))
     hosts: list[Host] = []
     for name, draft_host in draft.hosts.items():
         for found in (_secrets_in(draft_host.inline_vars), _secrets_in(draft_host.file_vars)):
@@ -179,7 +179,7 @@ def _load_inventory(
             },
             origins,
         )
-        connection = connection_spec(name, rendered, origins, expand_user)
+        connection = specs.spec(name, rendered, origins)
         hosts.append(Host(name, membership.ordered, variables, connection, origins))
 
     return Inventory(

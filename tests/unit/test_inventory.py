@@ -286,6 +286,40 @@ def test_undefined_variable_in_a_connection_template_is_refused(tmp_path: Path) 
     assert (caught.value.key, caught.value.line) == ("ansible_host", 4)
 
 
+def test_hosts_sharing_their_connection_settings_each_get_their_own_address(
+    tmp_path: Path,
+) -> None:
+    from deployer.inventory.connection_vars import connection_spec
+
+    text = """gpu:
+  vars: {ansible_user: deploy, ansible_port: 2222, ansible_become: true}
+  hosts:
+    gpu01: {ansible_host: 10.0.0.1}
+    gpu02: {ansible_host: 10.0.0.2}
+    gpu03:
+    gpu04: {ansible_host: 10.0.0.4, ansible_port: "2201"}
+    gpu05: {ansible_host: 10.0.0.5, ansible_user: [not, a, user]}
+"""
+    path = write(
+        tmp_path / "h.yml",
+        text.replace("    gpu05: {ansible_host: 10.0.0.5, ansible_user: [not, a, user]}\n", ""),
+    )
+    inv = load(path)
+    for name, host in inv.hosts.items():
+        assert host.connection == connection_spec(name, host.vars, host.origins), name
+    assert [inv.connection(h).address for h in inv.hosts] == [
+        "10.0.0.1",
+        "10.0.0.2",
+        "gpu03",
+        "10.0.0.4",
+    ]
+    assert [inv.connection(h).port for h in inv.hosts] == [2222, 2222, 2222, 2201]
+    # A host whose shared settings differ is read alone, and its bad value named.
+    with pytest.raises(InputError, match="must be a string") as caught:
+        load(write(tmp_path / "bad.yml", text))
+    assert (caught.value.key, caught.value.line) == ("ansible_user", 8)
+
+
 def test_connection_spec_is_immutable() -> None:
     spec = load(EQUIVALENT / "hosts.yml").connection("prom02")
     with pytest.raises(AttributeError):
