@@ -22,6 +22,7 @@ from deployer.modules.base import ArgError, Module, PrepareContext
 from deployer.roles import META, Play, Role, Task, VariableSpec, load_role
 from deployer.secrets import mask_text
 from deployer.templating import (
+    NamesOnly,
     Renderer,
     TemplatedVars,
     UndefinedVariable,
@@ -157,9 +158,9 @@ class Planner:
         self._roles: dict[str, Role] = {}
         self._defaults: dict[tuple[str, ...], dict[str, Any]] = {}
         self.renderer = Renderer(make_environment())
-        self._groups = {
-            name: list(self.inventory.group_hosts(name)) for name in self.inventory.groups
-        }
+        self._groups = NamesOnly(
+            (name, list(self.inventory.group_hosts(name))) for name in self.inventory.groups
+        )
         # Membership sets: a host's group_names by list search cost O(hosts) per host.
         self._group_sets = {name: set(hosts) for name, hosts in self._groups.items()}
 

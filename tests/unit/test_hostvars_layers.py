@@ -68,3 +68,23 @@ def test_the_magic_variables_win_over_the_inventory_and_lose_only_to_overrides(t
     assert list(disjoint) == list({**inventory.resolve_vars(host, defaults), "port": 2})
     naming_one = inventory.layered_vars(host, defaults, {"group_names": ["mine"]})
     assert naming_one["group_names"] == ["mine"] and naming_one.get("group_names") == ["mine"]
+
+
+def test_the_groups_a_play_sees_are_read_as_they_are_never_scanned_for_templates(
+    tmp_path, monkeypatch
+):
+    from deployer import templating
+    from deployer.plan import Planner
+    from deployer.roles import Play
+
+    inventory = _inventory(tmp_path)
+    planner = Planner(inventory, [Path(__file__).resolve().parents[2] / "roles"], None)
+    scope = planner.host_vars("gpu01", Play(name="p", hosts="all", roles=()))
+    scanned = []
+    original = templating._has_template
+    monkeypatch.setattr(
+        templating, "_has_template", lambda value: scanned.append(value) or original(value)
+    )
+    groups = scope["groups"]
+    assert isinstance(groups, templating.NamesOnly) and scanned == []
+    assert groups["all"] == inventory.group_hosts("all")
