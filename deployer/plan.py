@@ -158,8 +158,8 @@ class Planner:
         self._roles: dict[str, Role] = {}
         self._defaults: dict[tuple[str, ...], dict[str, Any]] = {}
         self.renderer = Renderer(make_environment())
-        self._groups = NamesOnly(
-            (name, list(self.inventory.group_hosts(name))) for name in self.inventory.groups
+        self._groups = NamesOnly(  # group_hosts returns a fresh list: not copied again
+            (name, self.inventory.group_hosts(name)) for name in self.inventory.groups
         )
         # Membership sets: a host's group_names by list search cost O(hosts) per host.
         self._group_sets = {name: set(hosts) for name, hosts in self._groups.items()}
