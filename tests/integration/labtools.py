@@ -47,6 +47,20 @@ def lab_named_by(env_var: str, request: pytest.FixtureRequest) -> Lab:
     return request.getfixturevalue("lab")
 
 
+class WallClock:
+    """How far the wall clock moved against the monotonic clock since this was made: a step of
+    the machine's clock (or a pause of the whole VM) that every daemon of the lab saw at once.
+    Prometheus stamps samples with the wall clock, so a test that judges gaps in a window of
+    wall-clock time cannot judge one across such a step (seen once in CI, 2026-12-03: a 14 s
+    step made one 30 s window of the global view empty)."""
+
+    def __init__(self) -> None:
+        self._offset = time.time() - time.monotonic()
+
+    def stepped(self) -> float:
+        return time.time() - time.monotonic() - self._offset
+
+
 def write_ssh_config(lab: Lab, path: Path) -> Path:
     """An OpenSSH client config for testinfra: the lab's key and known_hosts, strict checking."""
     lines = []
