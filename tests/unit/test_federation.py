@@ -90,6 +90,39 @@ def test_the_global_pair_loads_the_global_rules_and_no_gpu_targets(tmp_path):
     assert not [d for d in files if d.startswith("/etc/prometheus/file_sd/")]
 
 
+def removed(session: DeploySession, host: str) -> list[str]:
+    """The rule files the prometheus role removes from ``host``."""
+    plan = next(p for p in session.plans if p.host == host)
+    return sorted(
+        str(t.args["path"])
+        for play in plan.plays
+        for t in play.tasks
+        if t.args.get("state") == "absent"
+        and str(t.args.get("path", "")).startswith("/etc/prometheus/rules/")
+    )
+
+
+def test_a_replica_moved_between_a_shard_and_the_global_pair_drops_the_rules_it_no_longer_loads(
+    tmp_path,
+):
+    # Prometheus loads every *.yml of the rules directory: a file left from the other tier would
+    # go on being evaluated (the global pair firing the shards' GPU alerts on federated records)
+    session = load(tmp_path)
+    rules = "/etc/prometheus/rules/"
+    assert removed(session, "glob01") == [
+        f"{rules}{n}.yml" for n in ("gpu-alerts", "gpu-recording", "meta-alerts", "shard-recording")
+    ]
+    assert removed(session, "prom01") == [f"{rules}global-federation.yml"]
+
+
+def test_the_role_knows_every_rule_file_it_can_write():
+    defaults = yaml.safe_load((REPO / "roles/prometheus/defaults/main.yml").read_text())
+    templates = (REPO / "roles/prometheus/templates/rules").glob("*.yml.j2")
+    assert sorted(defaults["prometheus_rule_files_product"]) == sorted(
+        t.name.removesuffix(".yml.j2") for t in templates
+    )
+
+
 def test_a_shard_replica_records_the_shard_boundary_and_is_not_federating(tmp_path):
     session = load(tmp_path)
     files = written(session, "prom03")
