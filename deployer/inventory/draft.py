@@ -97,11 +97,12 @@ class Draft:
         host = self.hosts.get(name)
         if host is None:
             host = self.hosts[name] = DraftHost(name, origin)
+        # A host is in a group's list exactly when the group is in the host's (only this adds
+        # to either): the host's few groups are searched, never the group's hosts, which made
+        # a flat group of N hosts cost N^2/2 comparisons (40,000 hosts: 18 s of loading).
         if group not in host.groups:
             host.groups.append(group)
-        g = self.groups[group]
-        if name not in g.hosts:
-            g.hosts.append(name)
+            self.groups[group].hosts.append(name)
         if port is not None:
             host.inline_vars["ansible_port"] = port
             host.inline_origins["ansible_port"] = origin

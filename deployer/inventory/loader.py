@@ -86,6 +86,10 @@ def _load_inventory(
     for name, group in groups.items():
         if name != "all" and not group.parents:
             draft.add_child("all", name, group.defined_at or (str(root), None))
+    # Hosts leave all's and ungrouped's lists in one pass each after the loop (a remove per host
+    # is quadratic in a flat `all: hosts:` of thousands).
+    left_all: set[str] = set()
+    left_ungrouped: set[str] = set()
     for host in draft.hosts.values():
         others = [g for g in host.groups if g not in ("all", "ungrouped")]
         if not others and "ungrouped" not in host.groups:
@@ -93,10 +97,13 @@ def _load_inventory(
             groups["ungrouped"].hosts.append(host.name)
         if "all" in host.groups:
             host.groups.remove("all")
-            groups["all"].hosts.remove(host.name)
+            left_all.add(host.name)
         if others and "ungrouped" in host.groups:
             host.groups.remove("ungrouped")
-            groups["ungrouped"].hosts.remove(host.name)
+            left_ungrouped.add(host.name)
+    for name, left in (("all", left_all), ("ungrouped", left_ungrouped)):
+        if left:
+            groups[name].hosts = [h for h in groups[name].hosts if h not in left]
     # Ungrouped hosts come first in ``all`` only if defined first; hosts stay in definition order.
 
     for name in draft.hosts:

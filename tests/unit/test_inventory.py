@@ -60,6 +60,22 @@ def test_a_host_under_all_and_a_group_is_not_ungrouped(tmp_path: Path) -> None:
     assert inv.host("gpu01").group_names == ["gpu"]
 
 
+def test_a_host_listed_twice_in_a_group_is_one_member_in_its_first_place(tmp_path: Path) -> None:
+    inv = load(write(tmp_path / "h.ini", "[gpu]\ngpu01\ngpu02\n[gpu]\ngpu03\ngpu01\n"))
+    assert inv.groups["gpu"].hosts == ["gpu01", "gpu02", "gpu03"]
+    assert inv.host("gpu01").group_names == ["gpu"]
+
+
+def test_hosts_under_all_and_a_group_leave_ungrouped_and_the_rest_keep_their_order(
+    tmp_path: Path,
+) -> None:
+    text = "all:\n  hosts:\n    a1:\n    g1:\n    a2:\n    g2:\n    a3:\ngpu:\n  hosts:\n    g2:\n    g1:\n"
+    inv = load(write(tmp_path / "h.yml", text))
+    assert inv.group_hosts("ungrouped") == ["a1", "a2", "a3"]
+    assert inv.group_hosts("gpu") == ["g2", "g1"]
+    assert inv.group_hosts("all") == ["a1", "g1", "a2", "g2", "a3"]
+
+
 def test_host_groups_include_ancestors_in_merge_order() -> None:
     inv = load(EQUIVALENT / "hosts.yml")
     assert inv.host("prom01").groups == ("all", "monitoring", "alertmanager", "prometheus")
