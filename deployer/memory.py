@@ -10,13 +10,20 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def collector_paused() -> Iterator[None]:
+def collector_paused(*, keep: bool = False) -> Iterator[None]:
     """No cyclic collection inside the block: what it builds stays alive, so a collection would
-    rescan it again and again and free nothing. Restored as found, also on error."""
+    rescan it again and again and free nothing. Restored as found, also on error.
+
+    With ``keep``, what is alive when the block ends is kept for the run (:func:`keep_for_the_run`)
+    before the collector comes back. Without it, everything the block made is young: the first
+    allocation after it scans all of it, and later collections again (at 100,000 GPU hosts, a
+    tenth of planning went to the scans after the preflight's and the targets files' pauses)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
         yield
+        if keep:
+            gc.freeze()
     finally:
         if collecting:
             gc.enable()

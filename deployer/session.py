@@ -406,6 +406,12 @@ class DeploySession:
             self.gather_facts(
                 [h for h in gpu if h not in self.facts and h not in self.unreachable], forks
             )
+        # Every GPU host's variables and plan: alive together, all freed when the judging ends,
+        # before the collector comes back (bench/README.md, "Planning").
+        with memory.collector_paused():
+            return self._judge(gpu, offline=offline, out_of_service=out_of_service)
+
+    def _judge(self, gpu: list[str], *, offline: bool, out_of_service: bool) -> list[Any]:
         choices = {h: self.driver_choice(h) for h in gpu}
         variables = {h: c.variables for h, c in choices.items()}
         # Without facts (--offline, or unreachable) a host that declares no model cannot be

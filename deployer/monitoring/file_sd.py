@@ -240,8 +240,11 @@ def render(groups: list[dict[str, Any]]) -> str:
 
 
 def targets_file(variables: Mapping[str, Any], job: str) -> str:
-    """The targets file of ``job`` (what the prometheus role writes to ``<job>.json``)."""
-    return render(job_targets(variables, job))
+    """The targets file of ``job`` (what the prometheus role writes to ``<job>.json``). Its
+    groups are freed before the collector comes back; the hosts' labels, kept for the next job
+    and shard (``_HOST_LABELS``), are kept for the run."""
+    with collector_paused(keep=True):
+        return render(_job_targets(variables, job))
 
 
 def common_cluster(variables: Mapping[str, Any], fallback: str) -> str:
