@@ -39,9 +39,16 @@ def host_address(i: int) -> str:
     return f"10.{(i >> 16) & 0xFF}.{(i >> 8) & 0xFF}.{i & 0xFF}"
 
 
-def inventory_yaml(n: int) -> str:
+LAYOUTS = ("racks", "flat")
+
+
+def inventory_yaml(n: int, layout: str = "racks") -> str:
     """An Ansible YAML inventory: racks of 32 GPU hosts with their own vars, the versions planned
-    for the whole fleet on ``gpu``, a Prometheus HA pair and three Alertmanager peers."""
+    for the whole fleet on ``gpu``, a Prometheus HA pair and three Alertmanager peers. ``flat``:
+    every GPU host listed in ``gpu`` itself, its rack a host variable (as a generated inventory
+    or one INI ``[gpu]`` section has them)."""
+    if layout == "flat":
+        return _flat_yaml(n)
     out = [
         "all:",
         "  vars:",
@@ -88,6 +95,40 @@ def inventory_yaml(n: int) -> str:
     return "\n".join(out) + "\n"
 
 
+def _flat_yaml(n: int) -> str:
+    out = [
+        "all:",
+        "  vars:",
+        "    ansible_user: root",
+        "    gpumon_host_key_policy: verify",
+        "  children:",
+        "    gpu:",
+        "      vars:",
+        '        nvidia_driver_branch: "580"',
+        "        dcgm_version: 4.4.2",
+        "        dcgm_exporter_version: 4.4.2-4.7.1",
+        "        cluster: synth",
+        "        gpu_model: H100",
+        "        gpu_count: 8",
+        "        nvswitch: true",
+        "        scrape_tier: training",
+        "      hosts:",
+    ]
+    for i in range(n):
+        rack = f"r{i // HOSTS_PER_RACK:05d}"
+        out.append(f"        {host_name(i)}: {{ansible_host: {host_address(i)}, rack: {rack}}}")
+    racks = inventory_yaml(0)
+    return "\n".join(out) + "\n" + racks[racks.index("    monitoring:") :]
+
+
+def inventory_path(n: int, workdir: Path, layout: str) -> Path:
+    """The inventory of ``n`` hosts in ``layout``, written once per work directory."""
+    path = workdir / (f"inventory-{n}.yml" if layout == "racks" else f"inventory-{layout}-{n}.yml")
+    if not path.exists():
+        path.write_text(inventory_yaml(n, layout))
+    return path
+
+
 def targets_in(text: str) -> int:
     """How many target groups a targets file holds (file_sd.render: one group per line)."""
     return max(text.count("\n") - 2, 0)
@@ -104,7 +145,7 @@ def _rss_mib() -> tuple[float, float]:
     return now, peak
 
 
-def measure_one(n: int, workdir: Path) -> dict[str, Any]:
+def measure_one(n: int, workdir: Path, layout: str = "racks") -> dict[str, Any]:
     """Every stage for ``n`` hosts, in this process (run by ``--one``)."""
     stages: dict[str, dict[str, float]] = {}
     start_rss, _ = _rss_mib()
@@ -123,9 +164,7 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
             "peak_rss_mib": round(peak, 1),
         }
 
-    path = workdir / f"inventory-{n}.yml"
-    if not path.exists():
-        path.write_text(inventory_yaml(n))
+    path = inventory_path(n, workdir, layout)
 
     t = start()
     from deployer import memory
@@ -147,18 +186,22 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     # As ``gpumon-deploy check --offline`` plans: facts are the pre-connection stand-in.
     context = {"facts": validation_facts("prom01").to_json()}
     gpu_play = Play(name="gpu", hosts="gpu", roles=GPU_ROLES)
-    t = start()
-    defaults = planner.play_defaults(gpu_play)
     hosts = list(inventory.hosts)
-    # As the preflight reads them (Planner.variables): views over the layers, nothing copied.
-    variables = {h: resolve_view(inventory, h, defaults) for h in hosts}
-    stage("variable_resolution", t)
+    # As DeploySession.preflight judges: the variables and the plans of every GPU host under one
+    # pause of the cyclic collector, freed before it comes back.
+    with memory.collector_paused():
+        t = start()
+        defaults = planner.play_defaults(gpu_play)
+        # As the preflight reads them (Planner.variables): views over the layers, nothing copied.
+        variables = {h: resolve_view(inventory, h, defaults) for h in hosts}
+        stage("variable_resolution", t)
 
-    t = start()
-    gpu = preflight.gpu_hosts(inventory, hosts)
-    plans = preflight.host_plans(inventory, gpu, variables, None)
-    refused = rules.check(plans)
-    stage("compatibility_check", t)
+        t = start()
+        gpu = preflight.gpu_hosts(inventory, hosts)
+        plans = preflight.host_plans(inventory, gpu, variables, None)
+        refused = rules.check(plans)
+        del variables, plans
+        stage("compatibility_check", t)
 
     t = start()
     prom_play = Play(name="prometheus", hosts="prometheus", roles=("prometheus",))
@@ -178,6 +221,7 @@ def measure_one(n: int, workdir: Path) -> dict[str, Any]:
     _, peak = _rss_mib()
     return {
         "hosts": len(hosts),
+        "layout": layout,
         "gpu_hosts": len(gpu),
         "refusals": len(refused),
         "file_sd_targets": {job: targets_in(text) for job, text in rendered.items()},
@@ -208,9 +252,7 @@ def measure_capacity_shards(n: int, workdir: Path) -> dict[str, Any]:
     from deployer.roles import Play
     from deployer.session import validation_facts
 
-    path = workdir / f"inventory-{n}.yml"
-    if not path.exists():
-        path.write_text(inventory_yaml(n))
+    path = inventory_path(n, workdir, "racks")
     inventory = load_inventory(path)
     memory.keep_for_the_run()
     planner = Planner(inventory, [REPO / "roles"], REPO / "templates")
@@ -272,7 +314,9 @@ def measure_capacity_shards(n: int, workdir: Path) -> dict[str, Any]:
     }
 
 
-def run_sizes(sizes: list[int], workdir: Path, timeout_s: float) -> list[dict[str, Any]]:
+def run_sizes(
+    sizes: list[int], workdir: Path, timeout_s: float, layout: str = "racks"
+) -> list[dict[str, Any]]:
     results = []
     for n in sizes:
         started = time.perf_counter()
@@ -286,6 +330,8 @@ def run_sizes(sizes: list[int], workdir: Path, timeout_s: float) -> list[dict[st
                     str(n),
                     "--workdir",
                     str(workdir),
+                    "--layout",
+                    layout,
                 ],
                 cwd=REPO,
                 capture_output=True,
@@ -294,11 +340,13 @@ def run_sizes(sizes: list[int], workdir: Path, timeout_s: float) -> list[dict[st
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            results.append({"hosts": n, "error": f"timed out after {timeout_s:.0f}s"})
+            results.append(
+                {"hosts": n, "layout": layout, "error": f"timed out after {timeout_s:.0f}s"}
+            )
             print(f"  {n:>7} hosts: timed out", file=sys.stderr)
             continue
         if proc.returncode != 0:
-            results.append({"hosts": n, "error": proc.stderr.strip()[-800:]})
+            results.append({"hosts": n, "layout": layout, "error": proc.stderr.strip()[-800:]})
             print(f"  {n:>7} hosts: failed: {proc.stderr.strip()[-300:]}", file=sys.stderr)
             continue
         got = json.loads(proc.stdout)
@@ -359,16 +407,17 @@ def verdicts(results: list[dict[str, Any]]) -> list[str]:
     lines = []
     for r in results:
         if r["hosts"] >= 100_000:
+            shape = "" if r.get("layout", "racks") == "racks" else f" ({r['layout']})"
             if "stages" not in r:
                 lines.append(
-                    f"planning {r['hosts']:,} hosts: failed "
+                    f"planning {r['hosts']:,} hosts{shape}: failed "
                     f"(target < {TARGET_S:g} s and < {TARGET_MIB:g} MiB)"
                 )
                 continue
             fast = "met" if r["total_s"] < TARGET_S else "MISSED"
             small = "met" if r["peak_rss_mib"] < TARGET_MIB else "MISSED"
             lines.append(
-                f"planning {r['hosts']:,} hosts: {r['total_s']:.2f} s "
+                f"planning {r['hosts']:,} hosts{shape}: {r['total_s']:.2f} s "
                 f"(target < {TARGET_S:g} s: {fast}), peak {r['peak_rss_mib']:.0f} MiB "
                 f"(target < {TARGET_MIB:g} MiB: {small})"
             )
@@ -383,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default="/var/cache/gpumon-bench/planning")
     parser.add_argument("--timeout", type=float, default=300.0, help="per size, seconds")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--layout", choices=LAYOUTS, default="racks",
+                        help="racks of 32 (default) or one flat gpu group")  # fmt: skip
     parser.add_argument("--out", default=None)
     parser.add_argument("--capacity-shards", type=int, default=None, metavar="HOSTS",
                         help="capacity and every shard's file_sd for HOSTS GPU hosts")  # fmt: skip
@@ -393,10 +444,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure_capacity_shards(args.capacity_shards, workdir), indent=1))
         return 0
     if args.one is not None:
-        print(json.dumps(measure_one(args.one, workdir)))
+        print(json.dumps(measure_one(args.one, workdir, args.layout)))
         return 0
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    results = run_sizes(sizes, workdir, args.timeout)
+    results = run_sizes(sizes, workdir, args.timeout, args.layout)
     print(render(results))
     write_result(
         {

@@ -43,6 +43,16 @@ def test_synthetic_inventory_has_every_gpu_host_in_racks_and_the_monitoring_grou
     assert inv.hosts["gpu000000"].vars["gpu_count"] == 8
 
 
+def test_the_flat_synthetic_inventory_lists_every_gpu_host_in_gpu_itself(tmp_path):
+    path = tmp_path / "inv.yml"
+    path.write_text(inventory_yaml(70, "flat"))
+    inv = load_inventory(path)
+    assert inv.groups["gpu"].hosts == [f"gpu{i:06d}" for i in range(70)]
+    assert not [g for g in inv.groups if g.startswith("rack")]
+    assert inv.group_hosts("prometheus") == ["prom01", "prom02"]
+    assert inv.hosts["gpu000069"].vars["rack"] == "r00002"
+
+
 def _summary(tool: str, scenario: str, wall: float, rss: float) -> dict:
     return {"tool": tool, "scenario": scenario, "median_wall_s": wall, "median_peak_rss_mib": rss}
 
