@@ -40,6 +40,20 @@ def host_address(i: int) -> str:
 
 
 LAYOUTS = ("racks", "flat")
+# Both layouts: the connection settings on all, the versions planned for the fleet on gpu.
+FLEET_HEADER = (
+    "all:",
+    "  vars:",
+    "    ansible_user: root",
+    "    gpumon_host_key_policy: verify",
+    "  children:",
+    "    gpu:",
+    "      vars:",
+    '        nvidia_driver_branch: "580"',
+    "        dcgm_version: 4.4.2",
+    "        dcgm_exporter_version: 4.4.2-4.7.1",
+    "        cluster: synth",
+)
 
 
 def inventory_yaml(n: int, layout: str = "racks") -> str:
@@ -50,17 +64,7 @@ def inventory_yaml(n: int, layout: str = "racks") -> str:
     if layout == "flat":
         return _flat_yaml(n)
     out = [
-        "all:",
-        "  vars:",
-        "    ansible_user: root",
-        "    gpumon_host_key_policy: verify",
-        "  children:",
-        "    gpu:",
-        "      vars:",
-        '        nvidia_driver_branch: "580"',
-        "        dcgm_version: 4.4.2",
-        "        dcgm_exporter_version: 4.4.2-4.7.1",
-        "        cluster: synth",
+        *FLEET_HEADER,
         "      children:",
     ]
     racks = (n + HOSTS_PER_RACK - 1) // HOSTS_PER_RACK
@@ -97,17 +101,7 @@ def inventory_yaml(n: int, layout: str = "racks") -> str:
 
 def _flat_yaml(n: int) -> str:
     out = [
-        "all:",
-        "  vars:",
-        "    ansible_user: root",
-        "    gpumon_host_key_policy: verify",
-        "  children:",
-        "    gpu:",
-        "      vars:",
-        '        nvidia_driver_branch: "580"',
-        "        dcgm_version: 4.4.2",
-        "        dcgm_exporter_version: 4.4.2-4.7.1",
-        "        cluster: synth",
+        *FLEET_HEADER,
         "        gpu_model: H100",
         "        gpu_count: 8",
         "        nvswitch: true",
