@@ -54,6 +54,20 @@ FLEET_HEADER = (
     "        dcgm_exporter_version: 4.4.2-4.7.1",
     "        cluster: synth",
 )
+# Both layouts: a Prometheus HA pair and three Alertmanager peers.
+MONITORING_GROUPS = (
+    "    monitoring:",
+    "      children:",
+    "        prometheus:",
+    "          hosts:",
+    "            prom01: {ansible_host: 10.255.0.1}",
+    "            prom02: {ansible_host: 10.255.0.2}",
+    "        alertmanager:",
+    "          hosts:",
+    "            prom01: {}",
+    "            prom02: {}",
+    "            mon01: {ansible_host: 10.255.0.3}",
+)
 
 
 def inventory_yaml(n: int, layout: str = "racks") -> str:
@@ -83,20 +97,7 @@ def inventory_yaml(n: int, layout: str = "racks") -> str:
         ]
         for i in range(r * HOSTS_PER_RACK, min(n, (r + 1) * HOSTS_PER_RACK)):
             out.append(f"            {host_name(i)}: {{ansible_host: {host_address(i)}}}")
-    out += [
-        "    monitoring:",
-        "      children:",
-        "        prometheus:",
-        "          hosts:",
-        "            prom01: {ansible_host: 10.255.0.1}",
-        "            prom02: {ansible_host: 10.255.0.2}",
-        "        alertmanager:",
-        "          hosts:",
-        "            prom01: {}",
-        "            prom02: {}",
-        "            mon01: {ansible_host: 10.255.0.3}",
-    ]
-    return "\n".join(out) + "\n"
+    return "\n".join([*out, *MONITORING_GROUPS]) + "\n"
 
 
 def _flat_yaml(n: int) -> str:
@@ -111,8 +112,7 @@ def _flat_yaml(n: int) -> str:
     for i in range(n):
         rack = f"r{i // HOSTS_PER_RACK:05d}"
         out.append(f"        {host_name(i)}: {{ansible_host: {host_address(i)}, rack: {rack}}}")
-    racks = inventory_yaml(0)
-    return "\n".join(out) + "\n" + racks[racks.index("    monitoring:") :]
+    return "\n".join([*out, *MONITORING_GROUPS]) + "\n"
 
 
 def inventory_path(n: int, workdir: Path, layout: str) -> Path:
