@@ -23,7 +23,7 @@ def collector_paused(*, keep: bool = False) -> Iterator[None]:
     try:
         yield
         if keep:
-            gc.freeze()
+            keep_for_the_run()
     finally:
         if collecting:
             gc.enable()
