@@ -78,6 +78,32 @@ def gather_with_reads(
     return parse_facts(conn.name, result), out
 
 
+def play_hosts(inventory: inv.Inventory, play: Play) -> list[str]:
+    """The inventory hosts a play applies to (none when its pattern matches no host)."""
+    try:
+        return [h.name for h in select(inventory, play.hosts, play=True)]
+    except NoHostsMatched:
+        return []  # a site play for a group this inventory lacks applies to no host
+    except InputError as exc:
+        raise InputError(exc.message, source=play.source, line=play.line, key="hosts") from exc
+
+
+def role_variables(
+    inventory: inv.Inventory, plays: Sequence[Play], planner: Planner, role: str
+) -> dict[str, Mapping[str, Any]]:
+    """Every host of every play with ``role``, as the first such play that has the host sees
+    its variables (before any connection: stand-in facts). The prometheus role runs in two
+    plays: the shard replicas' and the global pair's. Empty when no play has the role."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for play in plays:
+        if role not in play.roles:
+            continue
+        for h in play_hosts(inventory, play):
+            if h not in out:
+                out[h] = planner.host_vars(h, play, {"facts": validation_facts(h).to_json()})
+    return out
+
+
 def validation_facts(host: str) -> HostFacts:
     """Stand-in facts for checking templates before any connection; the plan that runs is built
     again from the host's real facts."""
@@ -204,24 +230,12 @@ class DeploySession:
 
     def play_hosts(self, play: Play) -> list[str]:
         """The inventory hosts a play applies to (none when its pattern matches no host)."""
-        try:
-            return [h.name for h in select(self.inventory, play.hosts, play=True)]
-        except NoHostsMatched:
-            return []  # a site play for a group this inventory lacks applies to no host
-        except InputError as exc:
-            raise InputError(exc.message, source=play.source, line=play.line, key="hosts") from exc
+        return play_hosts(self.inventory, play)
 
     def role_variables(self, role: str) -> dict[str, Mapping[str, Any]]:
-        """Every host of the site's first play with ``role``, as that play's tasks see its
-        variables (before any connection: stand-in facts). Empty when no play has the role."""
+        """``role_variables`` of the session's site (its roles and templates loaded)."""
         planner = self.load_content()
-        play = next((p for p in self.site_plays if role in p.roles), None)
-        if play is None:
-            return {}
-        return {
-            h: planner.host_vars(h, play, {"facts": validation_facts(h).to_json()})
-            for h in self.play_hosts(play)
-        }
+        return role_variables(self.inventory, self.site_plays, planner, role)
 
     def build_plan(self, facts: dict[str, HostFacts] | None = None) -> None:
         """Plan every selected host. Without facts (before connecting) each host gets stand-in

@@ -15,9 +15,10 @@ What cannot have been scraped yet is *pending*, not failed:
 - a target the replica has not scraped since it started (``health: unknown``);
 - an expected target not yet among the replica's targets while the replica is younger than the
   discovery grace (file_sd is read at start, then handed to the scrape loops within seconds);
-- a target that is itself a daemon of the stack (a Prometheus or an Alertmanager) that answers
-  now and restarted after this replica's last attempt failed, or so shortly before it
-  (``DAEMON_STARTUP_S``) that it was still starting: its "down" dates from before it listened.
+- a target that is itself a daemon of the stack (a Prometheus, an Alertmanager or the long-term
+  store) that answers now and restarted after this replica's last attempt failed, or so shortly
+  before it (``DAEMON_STARTUP_S``) that it was still starting: its "down" dates from before it
+  listened.
 Everything else that is not "up" fails, with the replica's own last error.
 """
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from deployer.connection import SSHTarget
 from deployer.errors import InputError
-from deployer.monitoring import file_sd, shards
+from deployer.monitoring import federation, file_sd, shards
 from deployer.monitoring.checks_gpus import presence_metric
 from deployer.monitoring.file_sd import Target, truthy
 from deployer.monitoring.http import ClientTLS
@@ -39,6 +39,8 @@ class Replica:
     config_file: str = "/etc/prometheus/prometheus.yml"
     rule_files: str = "/etc/prometheus/rules/*.yml"  # the glob of prometheus.yml's rule_files
     shard: str = ""  # prometheus_shard: "" when the tier is one pair
+    # the rule files it loads (names in rule_files' directory: the role's prometheus_rule_files)
+    loads: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,10 @@ class StackExpectation:
     """What the inventory says should be running."""
 
     replicas: list[Replica] = field(default_factory=list)
+    # the federation tier's global pair (deployer/monitoring/federation.py): each replica
+    # scrapes every shard replica's /federate (global_targets) and evaluates the global rules
+    global_replicas: list[Replica] = field(default_factory=list)
+    global_targets: list[Target] = field(default_factory=list)
     alertmanagers: list[Peer] = field(default_factory=list)
     targets: list[Target] = field(default_factory=list)
     gpus: dict[str, int] = field(default_factory=dict)  # the inventory's gpu_count (declared)
@@ -89,31 +95,41 @@ class StackExpectation:
 # ---------------------------------------------------------------- expectation from the inventory
 
 
+def _replica(host: str, v: Mapping[str, Any]) -> Replica:
+    address = str(v.get("ansible_host", host))
+    return Replica(
+        host=host,
+        url=f"{tls_material.scheme(v)}://{address}:{v['prometheus_port']}",
+        replica=str(v["prometheus_replica"]),
+        cluster=str(v["prometheus_cluster"]),
+        replica_label=str(v["prometheus_replica_label"]),
+        cluster_label=str(v["prometheus_cluster_label"]),
+        config_file=f"{v['prometheus_config_dir']}/prometheus.yml",
+        rule_files=f"{v['prometheus_rule_files_dir']}/*.yml",
+        shard=str(v.get("prometheus_shard") or ""),
+        loads=tuple(f"{name}.yml" for name in v["prometheus_rule_files"]),
+    )
+
+
 def expect(
     prometheus_vars: Mapping[str, Mapping[str, Any]],
     alertmanager_vars: Mapping[str, Mapping[str, Any]],
     query_vars: Mapping[str, Mapping[str, Any]],
 ) -> StackExpectation:
     """The expected stack from each role host's resolved variables (role defaults included):
-    ``prometheus_vars[host]`` for the hosts of the Prometheus play, and so on."""
+    ``prometheus_vars[host]`` for every host of the Prometheus plays (shard replicas and the
+    global pair, told apart by ``federation.split``), and so on."""
     exp = StackExpectation()
+    prometheus_vars, global_vars = federation.split(prometheus_vars)
+    for host, v in global_vars.items():
+        exp.global_replicas.append(_replica(host, v))
+    for v in list(global_vars.values())[:1]:
+        exp.global_targets = federation.expected_targets(v)
     first: Mapping[str, Any] | None = None
     for host, v in prometheus_vars.items():
         first = first or v
         address = str(v.get("ansible_host", host))
-        exp.replicas.append(
-            Replica(
-                host=host,
-                url=f"{tls_material.scheme(v)}://{address}:{v['prometheus_port']}",
-                replica=str(v["prometheus_replica"]),
-                cluster=str(v["prometheus_cluster"]),
-                replica_label=str(v["prometheus_replica_label"]),
-                cluster_label=str(v["prometheus_cluster_label"]),
-                config_file=f"{v['prometheus_config_dir']}/prometheus.yml",
-                rule_files=f"{v['prometheus_rule_files_dir']}/*.yml",
-                shard=str(v.get("prometheus_shard") or ""),
-            )
-        )
+        exp.replicas.append(_replica(host, v))
         if truthy(v["prometheus_thanos_sidecar"]):
             exp.thanos_active = True
             exp.thanos_sidecars.append(
@@ -180,7 +196,6 @@ def load_expectation(
 ) -> StackExpectation:
     """The expectation for an inventory: each role host's variables resolved as ``up`` resolves
     them (the site's plays, role defaults < group < host < extra vars). Touches no host."""
-    from deployer.hostpattern import NoHostsMatched, select
     from deployer.plan import Planner
     from deployer.roles import load_site
     from deployer.session import (
@@ -189,8 +204,9 @@ def load_expectation(
         SHARED_TEMPLATES,
         DeploySession,
         RunOptions,
+        play_hosts,
+        role_variables,
         ssh_target,
-        validation_facts,
     )
 
     session = DeploySession.load(
@@ -200,21 +216,12 @@ def load_expectation(
     roles_path = [DEFAULT_ROLES] if site is None else [site.parent / "roles", DEFAULT_ROLES]
     planner = Planner(session.inventory, roles_path, SHARED_TEMPLATES)
 
-    def hosts_of(role: str) -> tuple[Any, list[str]]:
-        play = next((p for p in plays if role in p.roles), None)
-        if play is None:
-            return None, []
-        try:
-            return play, [h.name for h in select(session.inventory, play.hosts, play=True)]
-        except NoHostsMatched:
-            return play, []
+    resolved: dict[str, dict[str, Mapping[str, Any]]] = {}
 
     def variables_of(role: str) -> dict[str, Mapping[str, Any]]:
-        play, hosts = hosts_of(role)
-        out: dict[str, Mapping[str, Any]] = {}
-        for h in hosts:
-            out[h] = planner.host_vars(h, play, {"facts": validation_facts(h).to_json()})
-        return out
+        if role not in resolved:
+            resolved[role] = role_variables(session.inventory, plays, planner, role)
+        return resolved[role]
 
     exp = expect(
         variables_of("prometheus"), variables_of("alertmanager"), variables_of("thanos_query")
@@ -231,7 +238,11 @@ def load_expectation(
             "nothing to check",
             source=str(inventory),
         )
-    exp.gpu_hosts = hosts_of("nvidia_driver")[1]
+    exp.gpu_hosts = list(
+        dict.fromkeys(
+            h for p in plays if "nvidia_driver" in p.roles for h in play_hosts(session.inventory, p)
+        )
+    )
     if exp.gpu_records:
         for h, v in variables_of("node_exporter").items():
             if h in exp.gpu_records:
@@ -246,7 +257,7 @@ def load_expectation(
     for h in [
         *exp.gpu_hosts,
         *exp.gpu_records,
-        *(r.host for r in exp.replicas),
+        *(r.host for r in [*exp.replicas, *exp.global_replicas]),
         *(p.host for p in exp.alertmanagers),
         *slurm_hosts,
     ]:

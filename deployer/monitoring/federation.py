@@ -51,6 +51,7 @@ from typing import Any
 
 from deployer.errors import InputError
 from deployer.monitoring import shards
+from deployer.monitoring.file_sd import Target
 
 MODE_VAR = "gpumon_global_tier"
 MODES = ("remote_write", "federation", "both")
@@ -100,6 +101,18 @@ def is_global(variables: Mapping[str, Any]) -> bool:
     return _host(variables) in global_hosts(variables)
 
 
+def split(
+    prometheus_vars: Mapping[str, Mapping[str, Any]],
+) -> tuple[dict[str, Mapping[str, Any]], dict[str, Mapping[str, Any]]]:
+    """The hosts the prometheus role runs on, each with its variables, as (shard replicas,
+    global pair): a host of the global group is rendered as a global replica (``is_global``)."""
+    shard_vars: dict[str, Mapping[str, Any]] = {}
+    global_vars: dict[str, Mapping[str, Any]] = {}
+    for host, v in prometheus_vars.items():
+        (global_vars if is_global(v) else shard_vars)[host] = v
+    return shard_vars, global_vars
+
+
 def remote_write_on(variables: Mapping[str, Any]) -> bool:
     """Whether this replica remote-writes: a shard replica unless the mode is federation only;
     never a global replica (its inputs are already in the store, or are not wanted there)."""
@@ -134,16 +147,6 @@ def scrape_configs(
     if not is_global(variables):
         return []
     mode(variables)
-    hostvars = variables["hostvars"]
-    groups = []
-    for replica, shard in federated_replicas(variables):
-        hv = hostvars[replica]
-        port = hv.get("prometheus_port", variables["prometheus_port"])
-        labels = {"node": replica}
-        if shard:
-            labels[str(variables["prometheus_shard_label"])] = shard
-        address = f"{hv.get('ansible_host', replica)}:{port}"
-        groups.append({"targets": [address], "labels": labels})
     job: dict[str, Any] = {
         "job_name": str(variables["prometheus_federation_job"]),
         "honor_labels": True,
@@ -163,5 +166,32 @@ def scrape_configs(
             # rotation it is client-password-2, and the user and file move together
             "password_file": f"{tls_dir}/{tls['client_password_file']}",
         }
-    job["static_configs"] = groups
+    job["static_configs"] = target_groups(variables)
     return [job]
+
+
+def target_groups(variables: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The federate job's static target groups: one per shard replica, its address and port,
+    its host (``node``) and its shard as target labels."""
+    hostvars = variables["hostvars"]
+    groups = []
+    for replica, shard in federated_replicas(variables):
+        hv = hostvars[replica]
+        port = hv.get("prometheus_port", variables["prometheus_port"])
+        labels = {"node": replica}
+        if shard:
+            labels[str(variables["prometheus_shard_label"])] = shard
+        address = f"{hv.get('ansible_host', replica)}:{port}"
+        groups.append({"targets": [address], "labels": labels})
+    return groups
+
+
+def expected_targets(variables: Mapping[str, Any]) -> list[Target]:
+    """Every target a global replica must scrape (each shard replica's /federate), for
+    ``status``."""
+    job = str(variables["prometheus_federation_job"])
+    return [
+        Target(job, address, str(g["labels"]["node"]))
+        for g in target_groups(variables)
+        for address in g["targets"]
+    ]

@@ -18,6 +18,10 @@ fails, naming the host and the cause, when:
   since the replica or the target daemon started; checks_scrape.py);
 - ``*`` ``external labels distinct`` / ``replicas evaluate the same rules``: two replicas share
   external labels / evaluate different rule groups or rules;
+- prometheus_global (the federation tier's pair, deployer/monitoring/federation.py): the rows
+  above for each of its replicas, ``scraping job federate`` holding it to every shard replica's
+  ``/federate``, ``rules loaded`` to its own rule files, and the two ``*`` rows between its own
+  replicas (their rules are not the shards');
 - gpus ``N GPUs in the exporter's metrics``: a replica sampled another number of distinct GPU
   UUIDs for the node since it started (checks_gpus.py); N is the declared gpu_count, else (the
   plan's rule: the count from facts) what ``up`` recorded on the host, else its facts now;
@@ -88,6 +92,7 @@ from deployer.monitoring.expect import (
     expect,
     load_expectation,
 )
+from deployer.monitoring.file_sd import Target
 from deployer.monitoring.http import Fetch, api_data, get_json, http_fetch, query, self_gauges
 
 __all__ = [
@@ -102,7 +107,7 @@ __all__ = [
     "load_expectation",
 ]
 
-RULE_FILES = ("gpu-alerts.yml", "gpu-recording.yml", "meta-alerts.yml")
+GLOBAL = "prometheus_global"  # the component of the global pair's rows (federation tier)
 EXIT_PENDING = 3  # nothing failed, something still pending (see the status command's help)
 WAIT_EVERY_S = 5.0
 SETTLE_GRACE_S = 60.0  # an Alertmanager younger than this may still be joining its peers
@@ -164,7 +169,11 @@ def replica_started(fetch: Fetch, url: str, gauges: Mapping[str, float] | None) 
     return None if start is None else start + 1.0
 
 
-def _observe_replica(exp: StackExpectation, rep: Replica, fetch: Fetch, obs: _Obs) -> None:
+def _observe_replica(
+    exp: StackExpectation, rep: Replica, fetch: Fetch, obs: _Obs, *, gpus: bool = True
+) -> None:
+    """One replica's answers; ``gpus``: also the GPUs it sampled (not on a global replica, which
+    scrapes no exporter)."""
     obs.ready[rep.host] = _ready(fetch, rep.url)
     if obs.ready[rep.host][0] != OK:
         return
@@ -176,11 +185,11 @@ def _observe_replica(exp: StackExpectation, rep: Replica, fetch: Fetch, obs: _Ob
     obs.rules[rep.host] = err if err is not None else list(data.get("groups") or [])
     data, err = api_data(fetch, f"{rep.url}/api/v1/targets?state=active")
     obs.targets[rep.host] = err if err is not None else active_targets(data)
-    if exp.gpus or exp.gpu_records:
+    if gpus and (exp.gpus or exp.gpu_records):
         started = replica_started(fetch, rep.url, gauges)
         series, err = query(fetch, rep.url, gpu_query(exp.gpu_metric, since=started))
         obs.gpus[rep.host] = err if err is not None else series
-    if exp.gpu_records:
+    if gpus and exp.gpu_records:
         series, err = query(fetch, rep.url, f"max by (node) ({RECORD_METRIC})")
         if err is None:
             obs.scraped_records[rep.host] = {
@@ -250,18 +259,38 @@ def _observe_slurm(exp: StackExpectation, fetch: Fetch, hosts: Opener, obs: _Obs
     obs.slurm = slurm.observe(exp.slurm, [r.url for r in exp.replicas], fetch, hosts)
 
 
+def _observe_store_start(url: str, fetch: Fetch, obs: _Obs) -> None:
+    """When the long-term store's process started (its ``/metrics``, with the store's own
+    credentials in ``fetch``): a replica's failed scrape of it from before then is not a fault."""
+    gauges, err = self_gauges(fetch, url, [START])
+    obs.gauges[url] = gauges if err is None else err
+
+
 def _observe(
-    exp: StackExpectation, fetch: Fetch, hosts: Opener | None, workers: int, forks: int
+    exp: StackExpectation,
+    fetch: Fetch,
+    hosts: Opener | None,
+    workers: int,
+    forks: int,
+    store_fetch: Fetch | None = None,
 ) -> _Obs:
     """One round: the HTTP answers (``workers`` at a time) and the hosts' read-only commands
-    (``forks`` hosts at a time, as ``up`` connects) at once."""
+    (``forks`` hosts at a time, as ``up`` connects) at once. ``store_fetch``: the long-term
+    store's client (its credentials), when the stack has one."""
     obs = _Obs()
-    replicas = {r.host: r for r in exp.replicas}
+    replicas = {r.host: r for r in [*exp.replicas, *exp.global_replicas]}
     peers = {p.host: p for p in exp.alertmanagers}
     gpu_hosts = {*exp.gpu_hosts, *exp.gpu_records}
     with ThreadPoolExecutor(max_workers=workers) as api, ThreadPoolExecutor(forks) as ssh:
         jobs = [api.submit(_observe_replica, exp, r, fetch, obs) for r in exp.replicas]
+        jobs += [
+            api.submit(_observe_replica, exp, r, fetch, obs, gpus=False)
+            for r in exp.global_replicas
+        ]
         jobs += [api.submit(_observe_alertmanager, p, fetch, obs) for p in exp.alertmanagers]
+        if store_fetch is not None and exp.store is not None:
+            for s in exp.store.stores:
+                jobs.append(api.submit(_observe_store_start, s.url, store_fetch, obs))
         if hosts is not None and exp.slurm is not None:
             jobs.append(api.submit(_observe_slurm, exp, fetch, hosts, obs))
         if hosts is not None:
@@ -293,6 +322,7 @@ def _replica_checks(
     starts: Mapping[str, float],
     now: float,
     with_hosts: bool,
+    targets: list[Target],
 ) -> tuple[list[Check], dict[tuple[str, str], str], dict[str, str] | None]:
     comp = "prometheus"
     state, detail = obs.ready[rep.host]
@@ -326,7 +356,7 @@ def _replica_checks(
     if isinstance(groups, str):
         checks.append(Check(comp, rep.host, "rules loaded", FAILED, groups))
     else:
-        checks.append(_rules_loaded(rep.host, groups))
+        checks.append(_rules_loaded(rep, groups))
 
     if with_hosts:
         disk, ssh_error = obs.prom_disk.get(rep.host, (None, "not read"))
@@ -350,7 +380,7 @@ def _replica_checks(
     else:
         rows, states = scrape_checks(
             rep.host,
-            exp.replica_targets.get(rep.host, exp.targets),
+            targets,
             seen,
             replica_start=_gauges(obs, rep.url).get(START),
             daemon_starts=starts,
@@ -360,9 +390,9 @@ def _replica_checks(
     return checks, states, labels
 
 
-def _rules_loaded(host: str, groups: list[dict[str, Any]]) -> Check:
+def _rules_loaded(rep: Replica, groups: list[dict[str, Any]]) -> Check:
     files = {Path(str(g.get("file", ""))).name for g in groups}
-    missing = [f for f in RULE_FILES if f not in files]
+    missing = [f for f in rep.loads if f not in files]
     broken = sorted(
         {
             f"{r.get('name')} ({r.get('lastError') or r.get('health')})"
@@ -379,17 +409,17 @@ def _rules_loaded(host: str, groups: list[dict[str, Any]]) -> Check:
         problems.append(f"rules failing to evaluate: {'; '.join(broken)}")
     return Check.of(
         "prometheus",
-        host,
+        rep.host,
         "rules loaded",
         not problems,
         "; ".join(problems) or f"{n_rules} rules in {len(groups)} groups",
     )
 
 
-def _distinct_labels(exp: StackExpectation, labels: Mapping[str, dict[str, str] | None]) -> Check:
+def _distinct_labels(replicas: list[Replica], labels: Mapping[str, dict[str, str] | None]) -> Check:
     seen: dict[tuple[tuple[str, str], ...], list[str]] = {}
     unknown = []
-    for rep in exp.replicas:
+    for rep in replicas:
         got = labels.get(rep.host)
         if got is None:
             unknown.append(rep.host)
@@ -533,31 +563,30 @@ def _alertmanager_checks(
 
 def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> list[Check]:
     """Every row of one round but Thanos', in table order, from what ``_observe`` saw."""
+    # the stack's daemons a replica scrapes, by the address it scrapes them at, and when each
+    # started: a Prometheus, an Alertmanager, the long-term store
+    stores = exp.store.stores if exp.store is not None else []
     starts = {
         _netloc(d.url): _gauges(obs, d.url)[START]
-        for d in [*exp.replicas, *exp.alertmanagers]
+        for d in [*exp.replicas, *exp.global_replicas, *exp.alertmanagers, *stores]
         if START in _gauges(obs, d.url)
     }
     checks: list[Check] = []
     target_states: dict[str, dict[tuple[str, str], str]] = {}
     labels: dict[str, dict[str, str] | None] = {}
     for rep in exp.replicas:
+        targets = exp.replica_targets.get(rep.host, exp.targets)
         rows, target_states[rep.host], labels[rep.host] = _replica_checks(
-            exp, rep, obs, starts, now, with_hosts
+            exp, rep, obs, starts, now, with_hosts, targets
         )
         checks.extend(rows)
     if exp.replicas:
-        checks.append(_distinct_labels(exp, labels))
-        sets = {
-            r.host: rule_set(obs.rules[r.host])
-            for r in exp.replicas
-            if isinstance(obs.rules.get(r.host), list)
-        }
-        checks.append(same_rules_check(sets))
+        checks.extend(_pair_checks(exp.replicas, obs, labels))
         if exp.gpus or exp.gpu_records:
             checks.extend(_gpu_checks(exp, obs, target_states))
         if exp.replica_targets:
             checks.extend(_shard_checks(exp, obs))
+    checks.extend(_global_pair_checks(exp, obs, starts, now, with_hosts))
     for peer in exp.alertmanagers:
         checks.extend(_alertmanager_checks(exp, peer, obs, now, with_hosts))
     if exp.alertmanagers:
@@ -589,6 +618,36 @@ def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> 
         if exp.slurm is not None:
             checks.append(Check("slurm", "-", "read Slurm", OK, "skipped (--api-only)"))
     return checks
+
+
+def _pair_checks(
+    replicas: list[Replica], obs: _Obs, labels: Mapping[str, dict[str, str] | None]
+) -> list[Check]:
+    """The rows of a tier's replicas together: distinct external labels, the same rules."""
+    sets = {
+        r.host: rule_set(obs.rules[r.host])
+        for r in replicas
+        if isinstance(obs.rules.get(r.host), list)
+    }
+    return [_distinct_labels(replicas, labels), same_rules_check(sets)]
+
+
+def _global_pair_checks(
+    exp: StackExpectation, obs: _Obs, starts: Mapping[str, float], now: float, with_hosts: bool
+) -> list[Check]:
+    """The federation tier's global pair, judged as the shard replicas are (ready, labels, rules
+    loaded, loaded config = on disk, scraping: every shard replica's /federate) and then as a
+    pair of its own (its rules are not the shards'); every row under component ``GLOBAL``."""
+    checks: list[Check] = []
+    labels: dict[str, dict[str, str] | None] = {}
+    for rep in exp.global_replicas:
+        rows, _, labels[rep.host] = _replica_checks(
+            exp, rep, obs, starts, now, with_hosts, exp.global_targets
+        )
+        checks.extend(rows)
+    if exp.global_replicas:
+        checks.extend(_pair_checks(exp.global_replicas, obs, labels))
+    return [dataclasses.replace(c, component=GLOBAL) for c in checks]
 
 
 def _thanos_checks(exp: StackExpectation, fetch: Fetch) -> list[Check]:
@@ -652,14 +711,16 @@ def collect(
     headers: its basic auth), ``http_fetch`` unless given."""
     from deployer.monitoring import store
 
-    obs = _observe(exp, fetch, hosts, workers, forks)
+    sfetch = store_fetch or http_fetch
+    headers = exp.store.headers if exp.store is not None else {}
+    obs = _observe(exp, fetch, hosts, workers, forks, lambda url: sfetch(url, headers))
     checks = judge(exp, obs, now=now(), with_hosts=hosts is not None)
     stored_exp = exp.store
     if stored_exp is not None and exp.gpu_records:
         # The global view holds every node to the same count as the replicas' rows.
         counts = {n: c for n, (c, _) in gpu_counts(exp, obs).items() if c is not None}
         stored_exp = dataclasses.replace(stored_exp, gpus=counts)
-    stored = store.collect(stored_exp, store_fetch or http_fetch)
+    stored = store.collect(stored_exp, sfetch)
     return checks + _thanos_checks(exp, fetch) + stored
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from deployer import dcgm_fields, rule_pack
-from deployer.monitoring import file_sd, remote_write
+from deployer.monitoring import federation, file_sd, remote_write
 from deployer.monitoring.check import PENDING, Check
 from deployer.monitoring.http import Response, basic_auth, without_query
 from deployer.tls import material as tls_material
@@ -94,7 +94,8 @@ def expect(variables_of: VariablesOf) -> StoreExpectation:
     """The expectation from each role's hosts' variables (``variables_of(role)``)."""
     exp = StoreExpectation()
     store_vars = variables_of("victoriametrics")
-    prom_vars = variables_of("prometheus")
+    # the shard replicas write to the store; a global replica never does (federation.py)
+    prom_vars, _ = federation.split(variables_of("prometheus"))
     for host, v in store_vars.items():
         exp.stores.append(
             Store(

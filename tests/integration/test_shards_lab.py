@@ -142,6 +142,15 @@ def test_status_is_green_and_proves_every_target_is_in_exactly_one_shard(
     # the global view (the store both shards write to) returns each GPU once across the shards
     once = [c for c in data["checks"] if c["check"] == "every GPU once"]
     assert once and all(c["ok"] for c in once), once
+    # the global pair is checked too, as a pair of its own: each replica federates all four
+    # shard replicas and loads the global rules
+    global_rows = {(c["host"], c["check"]): c for c in data["checks"]
+                   if c["component"] == "prometheus_global"}  # fmt: skip
+    for name in GLOBAL_PAIR:
+        for check in ("ready", "external labels", "rules loaded", "loaded config = on disk"):
+            assert global_rows[(name, check)]["ok"], global_rows[(name, check)]
+        assert global_rows[(name, "scraping job federate")]["detail"] == "4/4 up"
+    assert global_rows[("*", "replicas evaluate the same rules")]["ok"]
 
 
 def query(url: str, promql: str) -> list[dict[str, Any]]:
@@ -319,6 +328,15 @@ def test_a_stopped_pair_fails_status_and_fires_in_the_other_shard_which_stays_co
 
         # federate every 30s, for: 2m, then one evaluation
         wait_until("PrometheusShardUnreachable{shard=b} firing", shard_b_unreachable, 300, 10)
+        # and status says so on the global pair's rows, naming the replicas it cannot federate
+        proc = run_cli("status", "-i", str(inventory), "--output", "json", timeout=300)
+        data = json.loads(proc.stdout)
+        federate = {c["host"]: c for c in data["checks"] if c["component"] == "prometheus_global"
+                    and c["check"] == "scraping job federate"}  # fmt: skip
+        assert set(federate) == set(globals_), federate
+        for row in federate.values():
+            assert row["state"] == "failed", row
+            assert all(h in row["detail"] for h in down) and "(2/4 up)" in row["detail"], row
         for name, url in globals_.items():
             got = query(url, "sum(global_cluster:gpus:count)")
             assert got and float(got[0]["value"][1]) == of_a, (name, got)

@@ -242,3 +242,44 @@ def test_under_tls_the_federate_job_sends_the_credential_the_rotation_has_client
         assert job["basic_auth"]["password_file"].endswith("/client-password-2")
     finally:
         material.forget()
+
+
+# ---------------------------------------------------------------- what status expects of the tier
+
+
+def test_status_expects_the_global_pair_apart_from_the_shards(tmp_path: Path):
+    """The prometheus role runs in two plays: status reads both, judges the shard replicas as the
+    tier it was, and the global pair on its own (federate targets, the global rules)."""
+    from deployer.monitoring import status
+    from deployer.monitoring.file_sd import Target
+
+    load(tmp_path, "both")
+    exp = status.load_expectation(tmp_path / "inventory.yml")
+    assert [r.host for r in exp.replicas] == ["prom01", "prom02", "prom03", "prom04"]
+    assert [(r.host, r.url, r.replica) for r in exp.global_replicas] == [
+        ("glob01", "http://192.0.2.31:9090", "glob01"),
+        ("glob02", "http://192.0.2.32:9090", "glob02"),
+    ]
+    assert exp.global_targets == [
+        Target("federate", f"192.0.2.2{i}:9090", f"prom0{i}") for i in range(1, 5)
+    ]
+    assert exp.global_replicas[0].loads == ("global-federation.yml",)
+    assert exp.replicas[0].loads == (
+        "gpu-alerts.yml",
+        "gpu-recording.yml",
+        "meta-alerts.yml",
+        "shard-recording.yml",
+    )
+    # the shards' targets are not the global pair's, and only the shards write to the store
+    assert not {t.job for t in exp.targets} & {"federate"}
+    assert [w.host for w in exp.store.writers] == ["prom01", "prom02", "prom03", "prom04"]
+    assert {"glob01", "glob02"} <= set(exp.ssh)
+
+
+def test_status_expects_no_global_pair_without_the_federation_tier(tmp_path: Path):
+    from deployer.monitoring import status
+
+    load(tmp_path, "remote_write", globals_="")
+    exp = status.load_expectation(tmp_path / "inventory.yml")
+    assert exp.global_replicas == [] and exp.global_targets == []
+    assert len(exp.replicas) == 4

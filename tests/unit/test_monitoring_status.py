@@ -24,6 +24,7 @@ from deployer.monitoring.checks_loaded import md5_metric_value, md5_of
 from deployer.monitoring.file_sd import Target
 from deployer.monitoring.http import Response
 from deployer.monitoring.status import Check, Endpoint, Peer, Replica, StackExpectation
+from deployer.monitoring.store import Store, StoreExpectation
 
 P1, P2 = "http://10.0.0.21:9090", "http://10.0.0.22:9090"
 AMS = {"prom01": "10.0.0.21", "prom02": "10.0.0.22", "mon01": "10.0.0.23"}
@@ -33,6 +34,7 @@ LOADED = NOW - 1800  # and loaded its config half an hour ago
 WRITTEN = NOW - 1900  # its files written just before that
 AM_CONFIG = b"route:\n  receiver: r\nreceivers:\n  - name: r\n"
 RULES = "/etc/prometheus/rules"
+LOADS = ("gpu-alerts.yml", "gpu-recording.yml", "meta-alerts.yml")  # the replicas' rule files
 
 
 def rfc3339(epoch: float) -> str:
@@ -44,8 +46,8 @@ def rfc3339(epoch: float) -> str:
 def expectation(**kw: Any) -> StackExpectation:
     exp = StackExpectation(
         replicas=[
-            Replica("prom01", P1, "prom01", "c1", "replica", "cluster"),
-            Replica("prom02", P2, "prom02", "c1", "replica", "cluster"),
+            Replica("prom01", P1, "prom01", "c1", "replica", "cluster", loads=LOADS),
+            Replica("prom02", P2, "prom02", "c1", "replica", "cluster", loads=LOADS),
         ],
         alertmanagers=[Peer(h, f"http://{a}:9093", f"{a}:9094") for h, a in AMS.items()],
         targets=[
@@ -80,7 +82,8 @@ class CannedStack:
                 ("prometheus", "10.0.0.21:9090"), ("prometheus", "10.0.0.22:9090")]  # fmt: skip
         # per replica: (job, instance) -> (health, lastScrape, lastError)
         self.targets = {base: {k: ("up", NOW - 5, "") for k in keys} for base in (P1, P2)}
-        self.rule_files = ["gpu-alerts.yml", "gpu-recording.yml", "meta-alerts.yml"]
+        self.rule_files = list(LOADS)
+        self.rule_files_of: dict[str, list[str]] = {}  # a replica loading other files
         self.rules: dict[str, list[dict[str, Any]]] = {
             base: [{"name": "R", "query": "up == 0", "health": "ok", "type": "alerting"}]
             for base in (P1, P2)
@@ -121,7 +124,7 @@ class CannedStack:
                     "interval": 15,
                     "rules": self.rules[base],
                 }
-                for f in self.rule_files
+                for f in self.rule_files_of.get(base, self.rule_files)
             ]
             return ok({"status": "success", "data": {"groups": groups}})
         if parts.path == "/api/v1/targets":
@@ -882,3 +885,169 @@ def test_the_status_command_exit_code_says_green_pending_or_failed(
     assert result.exit_code == exit_code, result.output
     assert asked == {"hosts": None, "wait_s": 7}
     assert json.loads(result.stdout)["state"] == max(states, key=[OK, PENDING, FAILED].index)
+
+
+# ---------------------------------------------------------------- the federation tier's global pair
+
+G1, G2 = "http://10.0.0.31:9090", "http://10.0.0.32:9090"
+GLOBAL_LOADS = ("global-federation.yml",)
+
+
+def global_stack(stack: CannedStack, hosts: CannedHosts) -> dict[str, Any]:
+    """The canned stack with a global pair, mon01 and mon02: each scrapes /federate of both
+    replicas and loads the global rules; the expectation's fields for ``run``."""
+    for base, name in ((G1, "mon01"), (G2, "mon02")):
+        stack.labels[base] = {"cluster": "global", "replica": name}
+        stack.targets[base] = {
+            ("federate", "10.0.0.21:9090"): ("up", NOW - 5, ""),
+            ("federate", "10.0.0.22:9090"): ("up", NOW - 5, ""),
+        }
+        stack.rule_files_of[base] = list(GLOBAL_LOADS)
+        stack.rules[base] = [{"name": "G", "query": "sum(x)", "health": "ok", "type": "recording"}]
+        stack.started[base] = STARTED
+        stack.reload_ok[base] = 1.0
+        hosts.files[name] = [(WRITTEN, "/etc/prometheus/prometheus.yml")] + [
+            (WRITTEN, f"{RULES}/{f}") for f in GLOBAL_LOADS
+        ]
+    return {
+        "global_replicas": [
+            Replica(h, b, h, "global", "replica", "cluster", loads=GLOBAL_LOADS)
+            for h, b in (("mon01", G1), ("mon02", G2))
+        ],
+        "global_targets": [
+            Target("federate", "10.0.0.21:9090", "prom01"),
+            Target("federate", "10.0.0.22:9090", "prom02"),
+        ],
+    }
+
+
+def global_rows(checks: list[Check]) -> dict[tuple[str, str], Check]:
+    return {(c.host, c.check): c for c in checks if c.component == status.GLOBAL}
+
+
+def test_the_global_pair_is_checked_as_a_pair_of_its_own(stack, hosts):
+    checks = run(stack, hosts, **global_stack(stack, hosts))
+    assert failed(checks) == [] and pending(checks) == []
+    rows = global_rows(checks)
+    for host in ("mon01", "mon02"):
+        for check in ("ready", "external labels", "rules loaded", "loaded config = on disk",
+                      "scraping job federate"):  # fmt: skip
+            assert rows[(host, check)].ok, rows[(host, check)]
+    assert rows[("mon01", "scraping job federate")].detail == "2/2 up"
+    assert "global-federation" not in detail(checks, "prom01", "rules loaded", "prometheus")
+    # its rules are compared with each other's, not with the shards' (which differ)
+    assert rows[("*", "replicas evaluate the same rules")].detail.startswith("2 replicas")
+    assert rows[("*", "external labels distinct")].detail == "2 replicas"
+    assert row(checks, "*", "replicas evaluate the same rules", "prometheus").ok
+    # a global replica samples no GPU: it is not asked for them
+    assert not [u for u in stack.asked if u.startswith((G1, G2)) and "DCGM_FI" in u]
+
+
+def test_a_stopped_global_replica_fails_naming_it(stack, hosts):
+    fields = global_stack(stack, hosts)
+    stack.down.add(G2)
+    checks = run(stack, hosts, **fields)
+    assert (status.GLOBAL, "mon02", "ready") in failed(checks)
+    assert "Connection refused" in detail(checks, "mon02", "ready", status.GLOBAL)
+    assert not [c for c in failed(checks) if c[0] == "prometheus"]
+
+
+def test_a_shard_replica_the_global_pair_cannot_federate_fails_there_naming_it(stack, hosts):
+    fields = global_stack(stack, hosts)
+    refused = 'Get "http://10.0.0.22:9090/federate": connect: connection refused'
+    stack.targets[G1][("federate", "10.0.0.22:9090")] = ("down", NOW - 5, refused)
+    checks = run(stack, hosts, **fields)
+    assert failed(checks) == [(status.GLOBAL, "mon01", "scraping job federate")]
+    got = detail(checks, "mon01", "scraping job federate", status.GLOBAL)
+    assert got == f"prom02 (10.0.0.22:9090) down: {refused} (1/2 up)"
+
+
+def test_a_shard_replica_that_just_restarted_is_pending_for_the_global_pair(stack, hosts):
+    fields = global_stack(stack, hosts)
+    stack.started[P2] = NOW - 10  # restarted after mon01's last (failed) federate scrape
+    stack.targets[G1][("federate", "10.0.0.22:9090")] = ("down", NOW - 12, "connection refused")
+    checks = run(stack, hosts, **fields)
+    assert (status.GLOBAL, "mon01", "scraping job federate") in pending(checks)
+    assert not [c for c in failed(checks) if c[0] == status.GLOBAL]
+
+
+def test_a_global_replica_missing_its_rules_or_running_the_shards_fails(stack, hosts):
+    fields = global_stack(stack, hosts)
+    stack.rule_files_of[G2] = list(LOADS)  # left loading the shard rules
+    checks = run(stack, hosts, **fields)
+    rows = global_rows(checks)
+    assert "rule files not loaded: global-federation.yml" in rows[("mon02", "rules loaded")].detail
+    assert not rows[("*", "replicas evaluate the same rules")].ok
+
+
+def test_global_replicas_sharing_external_labels_fail_the_distinct_check(stack, hosts):
+    fields = global_stack(stack, hosts)
+    stack.labels[G2] = dict(stack.labels[G1])
+    checks = run(stack, hosts, **fields)
+    rows = global_rows(checks)
+    assert not rows[("*", "external labels distinct")].ok
+    assert (
+        "mon01 and mon02 have identical external labels"
+        in rows[("*", "external labels distinct")].detail
+    )
+    # the wrong replica label is also named on the host's own row
+    assert "replica='mon01' (want 'mon02')" in rows[("mon02", "external labels")].detail
+
+
+def test_a_global_replica_owing_a_reload_fails_loaded_config(stack, hosts):
+    fields = global_stack(stack, hosts)
+    hosts.files["mon01"][1] = (LOADED + 60, f"{RULES}/global-federation.yml")
+    checks = run(stack, hosts, **fields)
+    assert failed(checks) == [(status.GLOBAL, "mon01", "loaded config = on disk")]
+
+
+# ---------------------------------------------------------------- the long-term store as a target
+
+STORE = "http://10.0.0.23:8428"
+
+
+class CannedStore:
+    """The store's answers to the status client (url, headers): its start time on /metrics."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.asked: list[tuple[str, dict[str, str]]] = []
+
+    def __call__(self, url: str, headers: Any = None) -> Response:
+        self.asked.append((url, dict(headers or {})))
+        if url == f"{STORE}/metrics":
+            return Response(200, f"process_start_time_seconds {self.started}\n")
+        return Response(200, "OK")
+
+
+def run_with_store(stack: CannedStack, store: CannedStore, refused_at: float) -> list[Check]:
+    err = (
+        'Get "http://10.0.0.23:8428/metrics": dial tcp 10.0.0.23:8428: connect: connection refused'
+    )
+    stack.targets[P1][("victoriametrics", "10.0.0.23:8428")] = ("down", refused_at, err)
+    stack.targets[P2][("victoriametrics", "10.0.0.23:8428")] = ("up", NOW - 3, "")
+    exp = expectation(
+        targets=[*expectation().targets, Target("victoriametrics", "10.0.0.23:8428", "mon01")],
+        store=StoreExpectation(
+            stores=[Store("mon01", STORE, "15s", "1y")], headers={"Authorization": "Basic x"}
+        ),
+    )
+    return status.collect(exp, stack, None, now=lambda: NOW, store_fetch=store)
+
+
+def test_a_store_that_restarted_after_a_replica_s_failed_scrape_is_pending_there(stack):
+    """The store restarted by ``up`` (a flag changed): a replica whose last scrape of it came
+    while it was down has not scraped it since it came up; that is not a fault (yet)."""
+    store = CannedStore(started=NOW - 6)
+    checks = run_with_store(stack, store, refused_at=NOW - 8)
+    assert ("prometheus", "prom01", "scraping job victoriametrics") in pending(checks)
+    assert "restarted" in detail(checks, "prom01", "scraping job victoriametrics")
+    # asked with the store's own credentials
+    assert (f"{STORE}/metrics", {"Authorization": "Basic x"}) in store.asked
+
+
+def test_a_store_refusing_scrapes_long_after_its_start_fails_there(stack):
+    store = CannedStore(started=STARTED)
+    checks = run_with_store(stack, store, refused_at=NOW - 8)
+    assert ("prometheus", "prom01", "scraping job victoriametrics") in failed(checks)
+    assert "connection refused" in detail(checks, "prom01", "scraping job victoriametrics")
