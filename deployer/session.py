@@ -88,20 +88,26 @@ def play_hosts(inventory: inv.Inventory, play: Play) -> list[str]:
         raise InputError(exc.message, source=play.source, line=play.line, key="hosts") from exc
 
 
+def role_hosts(inventory: inv.Inventory, plays: Sequence[Play], role: str) -> dict[str, Play]:
+    """Every host of every play with ``role``, and the first such play that has it (the
+    prometheus role runs in two plays: the shard replicas' and the global pair's)."""
+    out: dict[str, Play] = {}
+    for play in plays:
+        if role in play.roles:
+            for h in play_hosts(inventory, play):
+                out.setdefault(h, play)
+    return out
+
+
 def role_variables(
     inventory: inv.Inventory, plays: Sequence[Play], planner: Planner, role: str
 ) -> dict[str, Mapping[str, Any]]:
-    """Every host of every play with ``role``, as the first such play that has the host sees
-    its variables (before any connection: stand-in facts). The prometheus role runs in two
-    plays: the shard replicas' and the global pair's. Empty when no play has the role."""
-    out: dict[str, Mapping[str, Any]] = {}
-    for play in plays:
-        if role not in play.roles:
-            continue
-        for h in play_hosts(inventory, play):
-            if h not in out:
-                out[h] = planner.host_vars(h, play, {"facts": validation_facts(h).to_json()})
-    return out
+    """Each host of ``role_hosts``, as its play sees its variables (before any connection:
+    stand-in facts). Empty when no play has the role."""
+    return {
+        h: planner.host_vars(h, play, {"facts": validation_facts(h).to_json()})
+        for h, play in role_hosts(inventory, plays, role).items()
+    }
 
 
 def validation_facts(host: str) -> HostFacts:

@@ -204,7 +204,7 @@ def load_expectation(
         SHARED_TEMPLATES,
         DeploySession,
         RunOptions,
-        play_hosts,
+        role_hosts,
         role_variables,
         ssh_target,
     )
@@ -238,11 +238,7 @@ def load_expectation(
             "nothing to check",
             source=str(inventory),
         )
-    exp.gpu_hosts = list(
-        dict.fromkeys(
-            h for p in plays if "nvidia_driver" in p.roles for h in play_hosts(session.inventory, p)
-        )
-    )
+    exp.gpu_hosts = list(role_hosts(session.inventory, plays, "nvidia_driver"))
     if exp.gpu_records:
         for h, v in variables_of("node_exporter").items():
             if h in exp.gpu_records:
