@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import os
@@ -157,12 +158,33 @@ class _UnknownHostKey(paramiko.SSHException):
         self.key = key
 
 
+class _RevokedHostKey(paramiko.SSHException):
+    """The host offered a key that a ``@revoked`` line of known_hosts names for it."""
+
+    def __init__(self, hostname: str, key: Any, line: int) -> None:
+        super().__init__(f"host key for {hostname} is revoked in known_hosts")
+        self.key = key
+        self.line = line
+
+
+def _refuse_revoked(recorded: KnownHosts | None, hostname: str, key: paramiko.PKey) -> None:
+    if recorded is not None:
+        line = recorded.revoked_line(hostname, key)
+        if line is not None:
+            raise _RevokedHostKey(hostname, key, line)
+
+
 class _RejectUnknownPolicy(paramiko.MissingHostKeyPolicy):
-    """paramiko's RejectPolicy, raising an error that carries the offered key."""
+    """paramiko's RejectPolicy, raising an error that carries the offered key (a revoked key
+    is refused as revoked)."""
+
+    def __init__(self, recorded: KnownHosts | None = None) -> None:
+        self.recorded = recorded
 
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
+        _refuse_revoked(self.recorded, hostname, key)
         raise _UnknownHostKey(hostname, key)
 
 
@@ -237,15 +259,20 @@ def _why_no_session(exc: Exception, transport: Any, received: int) -> Exception:
 
 
 class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
-    """Accept and record keys of hosts never seen before; a changed key is still refused."""
+    """Accept and record keys of hosts never seen before; a changed key is still refused, and
+    a revoked one is never accepted."""
 
-    def __init__(self, known_hosts_file: Path, lock: threading.Lock) -> None:
+    def __init__(
+        self, known_hosts_file: Path, lock: threading.Lock, recorded: KnownHosts | None = None
+    ) -> None:
         self.known_hosts_file = known_hosts_file
         self.lock = lock
+        self.recorded = recorded
 
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
+        _refuse_revoked(self.recorded, hostname, key)
         with self.lock:
             self.known_hosts_file.parent.mkdir(parents=True, exist_ok=True)
             line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
@@ -291,21 +318,35 @@ class KnownHosts:
     and a key object built only for the host looked up. ``paramiko.HostKeys`` builds one for
     every line and, loading, looks every name up among the entries read so far: a file of 1,000
     hosts cost each run 0.4 CPU-seconds, and twenty-five times that at 5,000 (bench/README.md,
-    "Round four"). Where ``HostKeys`` raises and reads nothing (a marker line such as
-    ``@cert-authority``, a key type it cannot verify), that line alone is skipped; neither
-    honours a marker."""
+    "Round four"). Where ``HostKeys`` raises and reads nothing (a key type it cannot verify, a
+    marker line), that line alone is skipped.
+
+    One marker is honoured, as OpenSSH honours it and paramiko does not: a key on a
+    ``@revoked`` line whose host patterns match the host (``*``, ``?``, ``!`` negation, comma
+    lists, hashed names) is never trusted for it, even where a plain line records the same key
+    (OpenSSH's hostfile.c, ``check_key_not_revoked``: openbsd/src, usr.bin/ssh/hostfile.c at
+    001c105671b296bf1ff898be112cd21b50b2e7d8). ``@cert-authority`` lines are skipped: host
+    certificates are not supported, so a host known only by its CA is unknown."""
 
     plain: dict[str, list[tuple[str, bytes]]]  # name -> [(key type, key bytes)], file order
     hashed: list[tuple[bytes, bytes, str, bytes]]  # (salt, HMAC-SHA1 of the name, type, key)
+    revoked: list[tuple[str, bytes, int]] = field(default_factory=list)  # (hosts, key, line)
 
     @classmethod
     def parse(cls, text: str) -> KnownHosts:
         plain: dict[str, list[tuple[str, bytes]]] = {}
         hashed: list[tuple[bytes, bytes, str, bytes]] = []
-        for line in text.splitlines():
+        revoked: list[tuple[str, bytes, int]] = []
+        for number, line in enumerate(text.splitlines(), 1):
             line = line.strip()
-            if not line or line[0] in "#@":
+            if not line or line[0] == "#":
                 continue
+            marker = ""
+            if line[0] == "@":
+                marker, _, line = line.partition(" ")
+                line = line.strip()
+                if marker != "@revoked":
+                    continue
             fields = _FIELDS.split(line)
             if len(fields) < 3:
                 continue
@@ -313,6 +354,9 @@ class KnownHosts:
             try:
                 blob = base64.b64decode(body, validate=False)
             except (ValueError, binascii.Error):
+                continue
+            if marker:
+                revoked.append((names, blob, number))
                 continue
             for name in names.split(","):
                 if name.startswith("|1|"):
@@ -323,7 +367,17 @@ class KnownHosts:
                     hashed.append((salt, digest, key_type, blob))
                 elif name:
                     plain.setdefault(name, []).append((key_type, blob))
-        return cls(plain, hashed)
+        return cls(plain, hashed, revoked)
+
+    def revoked_line(self, name: str, key: Any) -> int | None:
+        """The line of the ``@revoked`` entry that revokes ``key`` for ``name``, if any."""
+        if not self.revoked:
+            return None
+        blob = key.asbytes()
+        for hosts, revoked_blob, number in self.revoked:
+            if revoked_blob == blob and _hosts_match(name, hosts):
+                return number
+        return None
 
     def lookup(self, name: str) -> dict[str, Any]:
         """The keys recorded for ``name`` (an address, or ``[address]:port``): key type -> key,
@@ -334,6 +388,8 @@ class KnownHosts:
             for salt, digest, key_type, blob in self.hashed:
                 if hmac.compare_digest(hmac.new(salt, raw, hashlib.sha1).digest(), digest):
                     found.append((key_type, blob))
+        if self.revoked:  # a revoked key recorded on a plain line too is not trusted
+            found = [(t, b) for t, b in found if not self._is_revoked(name, b)]
         keys: dict[str, Any] = {}
         for key_type, blob in found:
             try:
@@ -342,6 +398,38 @@ class KnownHosts:
                 continue  # a type paramiko cannot verify (a FIDO key): no key, as in paramiko
             keys.setdefault(key.get_name(), key)
         return keys
+
+    def _is_revoked(self, name: str, blob: bytes) -> bool:
+        return any(b == blob and _hosts_match(name, hosts) for hosts, b, _ in self.revoked)
+
+
+def _hosts_match(name: str, hosts: str) -> bool:
+    """Whether the host field of a known_hosts line names ``name``, as OpenSSH's
+    ``match_maybe_hashed`` and ``match_hostname`` read it: one hashed name (``|1|salt|hash``),
+    or a comma list of patterns (``*`` any run, ``?`` one character, case-insensitive) where a
+    matching ``!pattern`` excludes the name whatever else matches."""
+    if hosts.startswith("|1|"):
+        try:
+            salt, digest = (base64.b64decode(x) for x in hosts[3:].split("|", 1))
+        except (ValueError, binascii.Error):
+            return False
+        return hmac.compare_digest(hmac.new(salt, name.encode(), hashlib.sha1).digest(), digest)
+    name = name.lower()
+    matched = False
+    for pattern in hosts.lower().split(","):
+        negated = pattern.startswith("!")
+        if _host_pattern(pattern[1:] if negated else pattern).fullmatch(name):
+            if negated:
+                return False
+            matched = True
+    return matched
+
+
+@functools.lru_cache(maxsize=256)
+def _host_pattern(pattern: str) -> re.Pattern[str]:
+    return re.compile("".join(
+        ".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern
+    ), re.DOTALL)  # fmt: skip
 
 
 def _known_host_keys(path: Path) -> KnownHosts | None:
@@ -402,6 +490,14 @@ class SSHConnection:
         t = self.target
         return t.address if t.port == 22 else f"[{t.address}]:{t.port}"
 
+    def _revoked(self, known: Path, key: Any, line: int) -> HostKeyRefused:
+        return HostKeyRefused(
+            f"{self.target.name}: host key for {self._host_key_name()} ({key.get_name()} "
+            f"{fingerprint(key)}) is revoked in {known} line {line} (@revoked); refusing to "
+            "connect. A revoked key is never trusted, whatever else known_hosts records: "
+            "check the host out of band and give it a new host key."
+        )
+
     def _connect(self) -> paramiko.SSHClient:
         t = self.target
         known = Path(t.known_hosts_file or Path.home() / ".ssh" / "known_hosts").expanduser()
@@ -421,9 +517,11 @@ class SSHConnection:
                 for key_type, key in (recorded.lookup(name) or {}).items():
                     client.get_host_keys().add(name, key_type, key)
             if t.host_key_policy == "accept-new":
-                client.set_missing_host_key_policy(_AcceptNewPolicy(known, _KNOWN_HOSTS_LOCK))
+                client.set_missing_host_key_policy(
+                    _AcceptNewPolicy(known, _KNOWN_HOSTS_LOCK, recorded)
+                )
             else:
-                client.set_missing_host_key_policy(_RejectUnknownPolicy())
+                client.set_missing_host_key_policy(_RejectUnknownPolicy(recorded))
             raw = socket.create_connection((t.address, t.port), timeout=CONNECT_TIMEOUT)
             _tune_socket(raw)
             sock = _ReadCounter(raw)
@@ -468,7 +566,13 @@ class SSHConnection:
         where = f"{t.address}:{t.port}"
         try:
             return attempt()
+        except _RevokedHostKey as exc:
+            raise self._revoked(known, exc.key, exc.line) from exc
         except paramiko.BadHostKeyException as exc:
+            recorded = _known_host_keys(known)
+            line = recorded.revoked_line(self._host_key_name(), exc.key) if recorded else None
+            if line is not None:  # a revoked key, where another one of its type is recorded
+                raise self._revoked(known, exc.key, line) from exc
             raise HostKeyRefused(
                 f"{t.name}: host key for {self._host_key_name()} ({exc.key.get_name()} "
                 f"{fingerprint(exc.key)}) does not match the one recorded in {known} "

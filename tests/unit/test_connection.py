@@ -221,6 +221,168 @@ def test_an_unknown_host_key_is_refused_with_its_ssh_keygen_fingerprint(ssh_serv
     assert known.read_text() == ""
 
 
+def revoked_host_keys_case(ssh_server, tmp_path, lines: list[str], policy: str = "verify"):
+    """Connect to the loopback server with a known_hosts of ``lines`` (``{key}``: the server's
+    own key, ``{other}``: another ed25519 key, ``{host}``: its known_hosts name)."""
+    server, pub = ssh_server
+    own = " ".join(pub.read_text().split()[:2])
+    other = " ".join(keygen(tmp_path / "other_key").with_suffix(".pub").read_text().split()[:2])
+    host = f"[127.0.0.1]:{server.port}"
+    known = tmp_path / "known_hosts"
+    known.write_text("".join(x.format(key=own, other=other, host=host) + "\n" for x in lines))
+    target = SSHTarget(name="gpu05", address="127.0.0.1", port=server.port, user="root",
+                       known_hosts_file=str(known), host_key_policy=policy)  # fmt: skip
+    return target, known, pub
+
+
+@pytest.mark.parametrize("policy", ["verify", "accept-new"])
+def test_a_revoked_host_key_is_refused_even_where_a_plain_line_records_it(
+    ssh_server, tmp_path, policy
+):
+    """OpenSSH's ``@revoked``: a key revoked for the host is never trusted, whatever else the
+    file records (openbsd/src usr.bin/ssh/hostfile.c, ``check_key_not_revoked``). paramiko
+    alone would fail the whole file; the engine reading only the plain lines would trust it."""
+    target, known, pub = revoked_host_keys_case(
+        ssh_server, tmp_path, ["{host} {key}", "# revoked 2026-12-03", "@revoked * {key}"], policy
+    )
+    before = known.read_text()
+    with pytest.raises(HostKeyRefused) as exc:
+        SSHConnection(target)
+    message = str(exc.value)
+    assert message.startswith("gpu05: ")
+    assert f"(ssh-ed25519 {ssh_keygen_fingerprint(pub)}) is revoked in {known} line 3" in message
+    assert known.read_text() == before  # accept-new records nothing
+
+
+def test_accept_new_never_records_a_revoked_key_of_a_host_it_has_not_seen(ssh_server, tmp_path):
+    target, known, _ = revoked_host_keys_case(
+        ssh_server, tmp_path, ["@revoked 127.0.0.1,[127.0.0.1]:* {key}"], "accept-new"
+    )
+    with pytest.raises(HostKeyRefused, match=r"is revoked in .* line 1 \(@revoked\)"):
+        SSHConnection(target)
+    assert known.read_text().count("\n") == 1
+
+
+def test_a_revoked_key_is_named_revoked_where_another_key_of_its_type_is_recorded(
+    ssh_server, tmp_path
+):
+    target, known, _ = revoked_host_keys_case(
+        ssh_server, tmp_path, ["{host} {other}", "@revoked {host} {key}"]
+    )
+    with pytest.raises(HostKeyRefused) as exc:
+        SSHConnection(target)
+    assert f"is revoked in {known} line 2" in str(exc.value)
+    assert "does not match" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "revoked_for",
+    ["gpu99", "!{host},*", "[127.0.0.1]:1", "{other_port}"],
+    ids=["another-host", "negated", "another-port", "pattern-of-another-port"],
+)
+def test_a_key_revoked_for_other_hosts_only_still_verifies_for_this_one(
+    ssh_server, tmp_path, revoked_for
+):
+    server, _ = ssh_server
+    pattern = revoked_for.replace("{other_port}", f"[127.0.0.1]:{server.port}?")
+    target, _, _ = revoked_host_keys_case(
+        ssh_server, tmp_path, ["{host} {key}", f"@revoked {pattern} {{key}}"]
+    )
+    # The host key is trusted: what fails is the login (the test server lets no one in).
+    with pytest.raises(HostUnreachable) as exc:
+        SSHConnection(target)
+    assert not isinstance(exc.value, HostKeyRefused)
+    assert "host key" not in str(exc.value)
+
+
+def openssh_verdict(target: SSHTarget) -> str:
+    """What OpenSSH's own client makes of ``target``'s known_hosts: ``revoked``, ``refused``
+    (an unknown or changed key) or ``trusted`` (it went on to log in, and was turned away)."""
+    err = subprocess.run(
+        ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+         "-o", f"UserKnownHostsFile={target.known_hosts_file}", "-o", "GlobalKnownHostsFile=/dev/null",
+         "-o", "ConnectTimeout=10", "-p", str(target.port), f"root@{target.address}", "true"],
+        capture_output=True, text=True, timeout=30, check=False,
+    ).stderr  # fmt: skip
+    if "revoked" in err.lower():
+        return "revoked"
+    if "Permission denied" in err:
+        return "trusted"
+    return "refused"
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["{host} {key}", "@revoked * {key}"],
+        ["{host} {other}", "@revoked {host} {key}"],
+        ["{host} {key}", "@revoked gpu99,!{host} {key}"],
+        ["{host} {key}", "@revoked !{host},* {key}"],
+        ["{host} {key}", "@revoked [127.0.0.1]:* {other}"],
+        ["@cert-authority * {other}", "{host} {key}"],
+    ],
+    ids=[
+        "revoked-everywhere",
+        "revoked-other-recorded",
+        "another-host",
+        "negated",
+        "another-key",
+        "ca-line-beside",
+    ],
+)
+def test_the_engine_judges_revoked_keys_as_openssh_s_client_does(ssh_server, tmp_path, lines):
+    target, _, _ = revoked_host_keys_case(ssh_server, tmp_path, lines)
+    want = openssh_verdict(target)
+    try:
+        SSHConnection(target)
+        got = "trusted"
+    except HostKeyRefused as exc:
+        got = "revoked" if "is revoked in" in str(exc) else "refused"
+    except HostUnreachable:
+        got = "trusted"
+    assert got == want
+
+
+@pytest.mark.parametrize(
+    ("name", "hosts", "matches"),
+    [
+        ("10.0.0.1", "*", True),
+        ("10.0.0.1", "10.0.0.?", True),
+        ("10.0.0.12", "10.0.0.?", False),
+        ("GPU01.Example", "gpu*.example", True),
+        ("[10.0.0.1]:2222", "[10.0.0.1]:2222", True),  # brackets are literal, not a class
+        ("[10.0.0.1]:2222", "[10.0.0.1]:22", False),
+        ("10.0.0.1", "10.0.0.*,!10.0.0.1", False),  # a negation wins
+        ("10.0.0.2", "10.0.0.*,!10.0.0.1", True),
+        ("10.0.0.1", "!10.0.0.1", False),
+        ("10.0.0.2", "!10.0.0.1", False),  # a negation alone matches nothing
+        ("10.0.0.1", "10.0.0.10,10.0.0.1", True),
+    ],
+)
+def test_a_known_hosts_host_field_matches_as_openssh_matches_it(name, hosts, matches):
+    assert connection._hosts_match(name, hosts) is matches
+
+
+def test_a_hashed_revoked_line_revokes_for_the_hashed_name_only(tmp_path):
+    import base64
+    import hashlib
+    import hmac
+
+    pub = keygen(tmp_path / "k").with_suffix(".pub")
+    kind, body = pub.read_text().split()[:2]
+    salt = b"0123456789abcdefghij"
+    digest = hmac.new(salt, b"10.0.0.1", hashlib.sha1).digest()
+    hashed = f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
+    index = connection.KnownHosts.parse(
+        f"10.0.0.1,10.0.0.2 {kind} {body}\n@revoked {hashed} {kind} {body}\n"
+    )
+    key = load_key(tmp_path / "k")
+    assert index.revoked_line("10.0.0.1", key) == 2
+    assert index.revoked_line("10.0.0.2", key) is None
+    assert index.lookup("10.0.0.1") == {}  # the revoked key is no recorded key
+    assert [k.get_base64() for k in index.lookup("10.0.0.2").values()] == [body]
+
+
 # ---------------------------------------------------------------------------------- no SSH
 
 
@@ -428,10 +590,9 @@ def test_known_hosts_are_read_as_paramiko_reads_them(tmp_path):
 
 
 def test_a_marker_line_is_ignored_where_paramiko_fails_the_whole_file(tmp_path):
-    """``@cert-authority`` and ``@revoked`` lines (OpenSSH's markers): paramiko.HostKeys raises
-    InvalidHostKey on them and reads nothing; they are skipped and the rest still verifies.
-    (Neither paramiko nor the engine honours a marker: docs/unverified.md is not needed, this
-    is paramiko 5.1's ``hostkeys.py``.)"""
+    """``@cert-authority`` lines (OpenSSH's marker for a host CA): paramiko.HostKeys raises
+    InvalidHostKey on them and reads nothing; they are skipped and the rest still verifies
+    (paramiko 5.1's ``hostkeys.py``). ``@revoked`` is honoured: the tests below."""
     kind, body = keygen(tmp_path / "k").with_suffix(".pub").read_text().split()[:2]
     path = tmp_path / "known_hosts"
     path.write_text(f"@cert-authority *.example {kind} {body}\n10.0.0.1 {kind} {body}\n")
