@@ -47,3 +47,39 @@ def test_a_kept_block_that_fails_keeps_nothing():
         assert gc.isenabled()
     finally:
         gc.unfreeze()
+
+
+def test_pauses_overlapping_in_threads_keep_the_collector_off_until_the_last_one_ends():
+    # Hosts' threads each pause the collector (a targets file, a preflight): the first pause to
+    # end must not switch it back on under the others, whatever order they end in.
+    import threading
+
+    gc.enable()
+    first_in, second_in, first_out, second_out = (threading.Event() for _ in range(4))
+    seen: dict[str, bool] = {}
+
+    def first() -> None:
+        with collector_paused():
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait(10)
+        with collector_paused():
+            second_in.set()
+            first_out.wait(10)
+            seen["after the first ended"] = gc.isenabled()
+        second_out.set()
+
+    threads = [threading.Thread(target=f) for f in (first, second)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert second_out.is_set()
+        assert seen == {"after the first ended": False}
+        assert gc.isenabled()
+    finally:
+        gc.enable()
