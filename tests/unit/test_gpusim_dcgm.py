@@ -247,6 +247,22 @@ def test_an_upgraded_dcgmi_against_the_old_engine_cannot_connect(tmp_path: Path,
     assert "Unable to connect to host engine" in res.stdout
 
 
+def test_an_installed_stand_in_runs_its_own_package_s_code_even_where_the_source_is_importable(
+    tmp_path: Path, debs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stand-ins import their package's own copy of the shared code (and its build.json),
+    never the source tree's: with ``deployer`` importable (PYTHONPATH), the old engine read
+    its version off the disk once the upgrade was unpacked, and agreed with the new dcgmi."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    root = host(tmp_path, debs)
+    port = free_port()
+    with engine(root, port):
+        unpack(pick(debs, "datacenter-gpu-manager-4-core_4.5.3"), root)
+        res = dcgmi(root, port, "discovery", "-l")
+    assert res.returncode == 235
+    assert "Unable to connect to host engine" in res.stdout
+
+
 @pytest.mark.parametrize("dcgm", ["4.4.2", "4.5.3"])
 def test_versions_are_reported(tmp_path: Path, debs, dcgm: str) -> None:
     root = host(tmp_path, debs, dcgm=dcgm)

@@ -10,9 +10,9 @@ import sys
 import threading
 import time
 
-try:
+if __package__:  # imported from the source tree (the tests, the package builder)
     from deployer.lab.gpusim.standins import common as c
-except ImportError:  # installed on a simulated host: the package ships gpusim_common.py
+else:  # installed on a simulated host: the package ships gpusim_common.py
     import gpusim_common as c  # type: ignore[no-redef]
 
 PERSISTENCED_PID = "/var/run/nvidia-persistenced/nvidia-persistenced.pid"

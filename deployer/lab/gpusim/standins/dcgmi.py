@@ -18,9 +18,9 @@ GPUs are hidden), ``dcgmi/Health.cpp`` and ``dcgmi/Diag.cpp``. The exit status i
 import json
 import sys
 
-try:
+if __package__:  # imported from the source tree (the tests, the package builder)
     from deployer.lab.gpusim.standins import common as c
-except ImportError:  # installed on a simulated host: the package ships gpusim_common.py
+else:  # installed on a simulated host: the package ships gpusim_common.py
     import gpusim_common as c  # type: ignore[no-redef]
 
 EXIT_BAD_ARGS = 2

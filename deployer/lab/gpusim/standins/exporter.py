@@ -12,10 +12,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-try:
+if __package__:  # imported from the source tree (the tests, the package builder)
     from deployer.lab.gpusim.standins import common as c
     from deployer.lab.gpusim.standins import webconfig
-except ImportError:  # installed on a simulated host: the package ships gpusim_common.py
+else:  # installed on a simulated host: the package ships gpusim_common.py
     import gpusim_common as c  # type: ignore[no-redef]
     import gpusim_webconfig as webconfig  # type: ignore[no-redef]
 

@@ -19,13 +19,13 @@ import os
 import sys
 import time
 
-try:
+if __package__:  # imported from the source tree (the tests, the package builder)
     from deployer.lab.gpusim.standins import common as c
     from deployer.lab.gpusim.standins.smi_format import branch
     from deployer.lab.gpusim.standins.smi_query import query_apps, query_gpu
     from deployer.lab.gpusim.standins.smi_report import full_query
     from deployer.lab.gpusim.standins.smi_table import listing, table
-except ImportError:  # installed on a simulated host: the package ships gpusim_*.py
+else:  # installed on a simulated host: the package ships gpusim_*.py
     import gpusim_common as c  # type: ignore[no-redef]
     from gpusim_smi_format import branch  # type: ignore[no-redef]
     from gpusim_smi_query import query_apps, query_gpu  # type: ignore[no-redef]

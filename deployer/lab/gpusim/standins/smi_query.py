@@ -5,7 +5,7 @@ them; see ``nvidia_smi.py``).
 
 import time
 
-try:
+if __package__:  # imported from the source tree (the tests, the package builder)
     from deployer.lab.gpusim.standins import common as c
     from deployer.lab.gpusim.standins.smi_format import (
         DEPRECATED,
@@ -15,7 +15,7 @@ try:
         hopper,
         remap_banks,
     )
-except ImportError:  # installed on a simulated host: the package ships gpusim_*.py
+else:  # installed on a simulated host: the package ships gpusim_*.py
     import gpusim_common as c  # type: ignore[no-redef]
     from gpusim_smi_format import (  # type: ignore[no-redef]
         DEPRECATED,

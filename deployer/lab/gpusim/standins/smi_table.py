@@ -2,10 +2,10 @@
 column for column as real nvidia-smi prints them (see ``nvidia_smi.py``).
 """
 
-try:
+if __package__:  # imported from the source tree (the tests, the package builder)
     from deployer.lab.gpusim.standins import common as c
     from deployer.lab.gpusim.standins.smi_format import ctime
-except ImportError:  # installed on a simulated host: the package ships gpusim_*.py
+else:  # installed on a simulated host: the package ships gpusim_*.py
     import gpusim_common as c  # type: ignore[no-redef]
     from gpusim_smi_format import ctime  # type: ignore[no-redef]
 
