@@ -56,6 +56,7 @@ import yaml
 from deployer.connection import Connection, ConnectionPool, SSHConnection
 from deployer.executor import DEFAULT_FORKS
 from deployer.facts import HostFacts, gather
+from deployer.monitoring import checks_global
 from deployer.monitoring.check import FAILED, OK, PENDING, Check, clock, parse_time, worst
 from deployer.monitoring.checks_driver import driver_check
 from deployer.monitoring.checks_gpus import (
@@ -128,6 +129,7 @@ class _Obs:
     rules: dict[str, Any] = field(default_factory=dict)  # replica -> groups | err str
     targets: dict[str, Any] = field(default_factory=dict)  # replica -> targets data | err str
     gpus: dict[str, Any] = field(default_factory=dict)  # replica -> vector | err str
+    global_gpus: dict[str, Any] = field(default_factory=dict)  # global replica -> vector | err
     am_status: dict[str, Any] = field(default_factory=dict)  # peer -> status | err str
     prom_disk: dict[str, tuple[list[tuple[float, str]] | None, str | None]] = field(
         default_factory=dict
@@ -189,6 +191,9 @@ def _observe_replica(
         started = replica_started(fetch, rep.url, gauges)
         series, err = query(fetch, rep.url, gpu_query(exp.gpu_metric, since=started))
         obs.gpus[rep.host] = err if err is not None else series
+    if not gpus and (exp.gpus or exp.gpu_records):  # a global replica: its GPU count
+        series, err = query(fetch, rep.url, checks_global.QUERY)
+        obs.global_gpus[rep.host] = err if err is not None else series
     if gpus and exp.gpu_records:
         series, err = query(fetch, rep.url, f"max by (node) ({RECORD_METRIC})")
         if err is None:
@@ -640,11 +645,23 @@ def _global_pair_checks(
     pair of its own (its rules are not the shards'); every row under component ``GLOBAL``."""
     checks: list[Check] = []
     labels: dict[str, dict[str, str] | None] = {}
+    counts = {n: c for n, (c, _) in gpu_counts(exp, obs).items()}
+    young = any(
+        now - starts[_netloc(r.url)] < checks_global.SETTLE_S
+        for r in [*exp.global_replicas, *exp.replicas]
+        if _netloc(r.url) in starts
+    )
     for rep in exp.global_replicas:
-        rows, _, labels[rep.host] = _replica_checks(
+        rows, federate, labels[rep.host] = _replica_checks(
             exp, rep, obs, starts, now, with_hosts, exp.global_targets
         )
         checks.extend(rows)
+        if counts:
+            row = checks_global.global_gpu_check(
+                rep.host, obs.global_gpus.get(rep.host), counts, federate.values(), young
+            )
+            if row is not None:
+                checks.append(row)
     if exp.global_replicas:
         checks.extend(_pair_checks(exp.global_replicas, obs, labels))
     return [dataclasses.replace(c, component=GLOBAL) for c in checks]

@@ -129,7 +129,7 @@ def shard_split(lab: Lab) -> dict[str, dict[str, set[str]]]:
 
 
 def test_status_is_green_and_proves_every_target_is_in_exactly_one_shard(
-    inventory: Path, deployed: None
+    slab: Lab, inventory: Path, deployed: None
 ):
     proc = run_cli("status", "-i", str(inventory), "--output", "json", "--wait", "300", timeout=420)
     data = json.loads(proc.stdout)
@@ -150,6 +150,11 @@ def test_status_is_green_and_proves_every_target_is_in_exactly_one_shard(
         for check in ("ready", "external labels", "rules loaded", "loaded config = on disk"):
             assert global_rows[(name, check)]["ok"], global_rows[(name, check)]
         assert global_rows[(name, "scraping job federate")]["detail"] == "4/4 up"
+        # and its records count every GPU of the inventory once
+        total = gpus_of(slab)
+        assert global_rows[(name, "every GPU once")]["detail"] == (
+            f"{total}/{total} GPUs (global_cluster:gpus:count)"
+        )
     assert global_rows[("*", "replicas evaluate the same rules")]["ok"]
 
 
@@ -337,6 +342,13 @@ def test_a_stopped_pair_fails_status_and_fires_in_the_other_shard_which_stays_co
         for row in federate.values():
             assert row["state"] == "failed", row
             assert all(h in row["detail"] for h in down) and "(2/4 up)" in row["detail"], row
+        # and that its records count only shard a's GPUs
+        once = {c["host"]: c for c in data["checks"] if c["component"] == "prometheus_global"
+                and c["check"] == "every GPU once"}  # fmt: skip
+        assert set(once) == set(globals_), once
+        for row in once.values():
+            assert row["state"] == "failed", row
+            assert f"counts {of_a} of {gpus_of(slab)} GPUs" in row["detail"], row
         for name, url in globals_.items():
             got = query(url, "sum(global_cluster:gpus:count)")
             assert got and float(got[0]["value"][1]) == of_a, (name, got)

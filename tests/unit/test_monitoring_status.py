@@ -18,7 +18,7 @@ import yaml
 from deployer.connection import ScriptedConnection
 from deployer.errors import HostUnreachable, InputError
 from deployer.facts import FACTS_SCRIPT
-from deployer.monitoring import status
+from deployer.monitoring import checks_global, status
 from deployer.monitoring.check import FAILED, OK, PENDING
 from deployer.monitoring.checks_loaded import md5_metric_value, md5_of
 from deployer.monitoring.file_sd import Target
@@ -89,6 +89,7 @@ class CannedStack:
             for base in (P1, P2)
         }
         self.gpus = {P1: gpu_series("gpu01", 8), P2: gpu_series("gpu01", 8)}
+        self.global_gpus: dict[str, list[float]] = {}  # global replica -> its count's samples
         self.sampled: dict[str, float] = {}  # UUID -> time of its last sample (default: just now)
         self.started = {P1: STARTED, P2: STARTED} | {
             f"http://{a}:9093": STARTED for a in AMS.values()
@@ -146,6 +147,9 @@ class CannedStack:
             return ok({"status": "success", "data": {"startTime": rfc3339(birth), "CWD": "/"}})
         if parts.path == "/api/v1/query":
             query = urllib.parse.parse_qs(parts.query)["query"][0]
+            if query == checks_global.QUERY:
+                result = [{"metric": {}, "value": [NOW, f"{v:g}"]} for v in self.global_gpus[base]]
+                return ok({"status": "success", "data": {"resultType": "vector", "result": result}})
             m = re.fullmatch(
                 r'group by \(node, UUID\) \(timestamp\(DCGM_FI_DEV_GPU_TEMP\{job="dcgm"\}\) >= ([0-9.]+)\)',
                 query,
@@ -906,6 +910,7 @@ def global_stack(stack: CannedStack, hosts: CannedHosts) -> dict[str, Any]:
         stack.rules[base] = [{"name": "G", "query": "sum(x)", "health": "ok", "type": "recording"}]
         stack.started[base] = STARTED
         stack.reload_ok[base] = 1.0
+        stack.global_gpus[base] = [8.0]  # gpu01's 8 GPUs, each once
         hosts.files[name] = [(WRITTEN, "/etc/prometheus/prometheus.yml")] + [
             (WRITTEN, f"{RULES}/{f}") for f in GLOBAL_LOADS
         ]
@@ -939,6 +944,7 @@ def test_the_global_pair_is_checked_as_a_pair_of_its_own(stack, hosts):
     assert rows[("*", "replicas evaluate the same rules")].detail.startswith("2 replicas")
     assert rows[("*", "external labels distinct")].detail == "2 replicas"
     assert row(checks, "*", "replicas evaluate the same rules", "prometheus").ok
+    assert rows[("mon01", "every GPU once")].detail == "8/8 GPUs (global_cluster:gpus:count)"
     # a global replica samples no GPU: it is not asked for them
     assert not [u for u in stack.asked if u.startswith((G1, G2)) and "DCGM_FI" in u]
 
@@ -999,6 +1005,41 @@ def test_a_global_replica_owing_a_reload_fails_loaded_config(stack, hosts):
     hosts.files["mon01"][1] = (LOADED + 60, f"{RULES}/global-federation.yml")
     checks = run(stack, hosts, **fields)
     assert failed(checks) == [(status.GLOBAL, "mon01", "loaded config = on disk")]
+
+
+@pytest.mark.parametrize(
+    ("samples", "said"),
+    [
+        ([4.0], "counts 4 of 8 GPUs (a shard missing from the view)"),
+        ([16.0], "counts 16 of 8 GPUs (a GPU counted twice)"),
+        ([], "no global_cluster:gpus:count yet"),
+    ],
+    ids=["a-shard-lost", "counted-twice", "no-record"],
+)
+def test_a_global_replica_not_counting_every_gpu_once_fails_there(stack, hosts, samples, said):
+    """The global view is held to the GPUs the shard replicas' own rows hold the nodes to."""
+    fields = global_stack(stack, hosts)
+    stack.global_gpus[G2] = samples
+    checks = run(stack, hosts, **fields)
+    assert failed(checks) == [(status.GLOBAL, "mon02", "every GPU once")]
+    assert said in detail(checks, "mon02", "every GPU once", status.GLOBAL)
+
+
+def test_a_global_count_that_lags_a_restart_is_pending(stack, hosts):
+    fields = global_stack(stack, hosts)
+    stack.global_gpus[G1] = [4.0]
+    stack.started[P2] = NOW - 40  # a shard replica just restarted: its records not yet federated
+    checks = run(stack, hosts, **fields)
+    assert (status.GLOBAL, "mon01", "every GPU once") in pending(checks)
+    assert "replicas just started" in detail(checks, "mon01", "every GPU once", status.GLOBAL)
+    assert not [c for c in failed(checks) if c[0] == status.GLOBAL]
+
+
+def test_the_global_count_is_not_judged_while_a_node_s_gpus_are_unknown():
+    row = checks_global.global_gpu_check("mon01", [], {"gpu01": 8, "gpu02": None}, [], False)
+    assert row is not None and row.state == "pending"
+    assert "gpu02" in row.detail
+    assert checks_global.global_gpu_check("mon01", None, {"gpu01": 8}, [], False) is None
 
 
 # ---------------------------------------------------------------- the long-term store as a target

@@ -1,0 +1,67 @@
+"""The ``status`` row that holds the federation tier's global pair to every GPU once (pure).
+
+The global pair's ``global_cluster:gpus:count`` (roles/prometheus/templates/rules/
+global-federation.yml.j2) is each shard's ``cluster_model:gpus:count`` taken once per shard (the
+max over its replicas) and added up over the shards. It must equal the GPUs the shard replicas'
+own rows hold the GPU nodes to (``gpus`` rows: the inventory's gpu_count, else what ``up``
+recorded, else the facts): fewer is a shard the global view lost (its federate row says which),
+more is a GPU counted twice (a shard label two shards share, replicas not deduplicated).
+
+A record that lags is not a fault: the count moves through a shard replica's scrape and rule
+evaluation, then the global pair's federate scrape and its own evaluation. A difference while a
+global replica or a shard replica started within ``SETTLE_S``, or while one of the replica's
+federate targets is pending, is pending; ``status --wait`` waits it out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from deployer.monitoring.check import FAILED, OK, PENDING, Check
+
+RECORD = "global_cluster:gpus:count"
+QUERY = f"sum({RECORD})"
+CHECK = "every GPU once"
+# A shard replica's scrape and evaluation (15 s each), the federate scrape (30 s), the global
+# evaluation (15 s), with a restarted daemon's own start-up on a loaded host.
+SETTLE_S = 150.0
+
+
+def global_gpu_check(
+    host: str,
+    answer: list[dict[str, Any]] | str | None,
+    counts: Mapping[str, int | None],
+    federate_states: Iterable[str],
+    young: bool,
+) -> Check | None:
+    """``answer``: the replica's vector for :data:`QUERY` (an error text; None: not asked, its
+    ready row says why); ``counts``: GPU node -> the GPUs it is held to (None: unknown, that
+    node's own row fails); ``federate_states``: the states of the replica's federate targets;
+    ``young``: a global or shard replica started within ``SETTLE_S``."""
+    if answer is None:
+        return None
+    if isinstance(answer, str):
+        return Check("prometheus", host, CHECK, FAILED, f"{QUERY}: {answer}")
+    unknown = sorted(n for n, c in counts.items() if c is None)
+    if unknown:
+        return Check(
+            "prometheus", host, CHECK, PENDING,
+            f"not judged: the GPUs of {', '.join(unknown)} are unknown (their gpus rows)",
+        )  # fmt: skip
+    want = sum(c for c in counts.values() if c is not None)
+    have = sum(float(s["value"][1]) for s in answer)
+    if answer and have == want:
+        return Check("prometheus", host, CHECK, OK, f"{want:g}/{want:g} GPUs ({RECORD})")
+    if not answer:
+        detail = f"no {RECORD} yet (the shards' records not federated)"
+    elif have < want:
+        detail = f"{RECORD} counts {have:g} of {want:g} GPUs (a shard missing from the view)"
+    else:
+        detail = f"{RECORD} counts {have:g} of {want:g} GPUs (a GPU counted twice)"
+    states = set(federate_states)
+    settling = young or PENDING in states
+    if settling:
+        why = "replicas just started" if young else "a federate target not scraped yet"
+        return Check("prometheus", host, CHECK, PENDING, f"{detail}; {why}")
+    return Check("prometheus", host, CHECK, FAILED, detail)
