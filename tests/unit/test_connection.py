@@ -34,6 +34,16 @@ def closed_port() -> int:
     return port
 
 
+def stop_serving(sock: socket.socket, thread: threading.Thread) -> None:
+    """Stop a server's accept loop before its socket's descriptor is freed: a loop still in
+    accept() on a closed socket's number took the next test's connections when that number was
+    reused for the next server's socket (a server with another host key answered them)."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() blocked on it (Linux)
+    thread.join(timeout=10)
+    sock.close()
+
+
 class Listener:
     """A loopback TCP server that accepts and then, per ``behaviour``: stays silent ("silent"),
     closes at once ("close"), answers like an HTTP server and closes ("http"), or sends lines
@@ -69,7 +79,7 @@ class Listener:
                 self._held.append(conn)
 
     def close(self) -> None:
-        self.sock.close()
+        stop_serving(self.sock, self._thread)
         for c in self._held:
             c.close()
 
@@ -129,7 +139,8 @@ class SSHServer:
         self.sock.listen(4)
         self.port = self.sock.getsockname()[1]
         self._transports: list[paramiko.Transport] = []
-        threading.Thread(target=self._serve, daemon=True).start()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
 
     def _serve(self) -> None:
         while True:
@@ -147,9 +158,9 @@ class SSHServer:
         return _RefuseEveryone()
 
     def close(self) -> None:
-        self.sock.close()
         for t in self._transports:
             t.close()
+        stop_serving(self.sock, self._thread)
 
 
 @pytest.fixture
