@@ -15,7 +15,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from deployer import connection, library_logs
+from deployer import connection, known_hosts, library_logs
 from deployer.connection import (
     ConnectionPool,
     SSHConnection,
@@ -371,7 +371,7 @@ def test_the_engine_judges_revoked_keys_as_openssh_s_client_does(ssh_server, tmp
     ],
 )
 def test_a_known_hosts_host_field_matches_as_openssh_matches_it(name, hosts, matches):
-    assert connection._hosts_match(name, hosts) is matches
+    assert known_hosts.hosts_match(name, hosts) is matches
 
 
 def test_a_hashed_revoked_line_revokes_for_the_hashed_name_only(tmp_path):
@@ -384,7 +384,7 @@ def test_a_hashed_revoked_line_revokes_for_the_hashed_name_only(tmp_path):
     salt = b"0123456789abcdefghij"
     digest = hmac.new(salt, b"10.0.0.1", hashlib.sha1).digest()
     hashed = f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
-    index = connection.KnownHosts.parse(
+    index = known_hosts.KnownHosts.parse(
         f"10.0.0.1,10.0.0.2 {kind} {body}\n@revoked {hashed} {kind} {body}\n"
     )
     key = load_key(tmp_path / "k")
@@ -588,14 +588,14 @@ def test_known_hosts_are_read_as_paramiko_reads_them(tmp_path):
     names = ["10.0.0.1", "[10.0.0.2]:2222", "gpu02", "10.0.0.3", "10.0.0.4", "10.0.0.5",
              "10.0.0.9"]  # fmt: skip
     for path in (plain, hashed):
-        ours = connection.KnownHosts.parse(path.read_text())
+        ours = known_hosts.KnownHosts.parse(path.read_text())
         theirs = paramiko.HostKeys(str(path))
         for name in names:
             got = {t: k.get_base64() for t, k in ours.lookup(name).items()}
             want = {t: k.get_base64() for t, k in (theirs.lookup(name) or {}).items()}
             assert got == want, (path.name, name)
     assert "|1|" in hashed.read_text() and "10.0.0.1" not in hashed.read_text()
-    assert set(connection.KnownHosts.parse(plain.read_text()).lookup("10.0.0.1")) == {
+    assert set(known_hosts.KnownHosts.parse(plain.read_text()).lookup("10.0.0.1")) == {
         "ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa"
     }  # fmt: skip
 
@@ -609,12 +609,12 @@ def test_a_marker_line_is_ignored_where_paramiko_fails_the_whole_file(tmp_path):
     path.write_text(f"@cert-authority *.example {kind} {body}\n10.0.0.1 {kind} {body}\n")
     with pytest.raises(paramiko.hostkeys.InvalidHostKey):
         paramiko.HostKeys(str(path))
-    index = connection.KnownHosts.parse(path.read_text())
+    index = known_hosts.KnownHosts.parse(path.read_text())
     assert [k.get_base64() for k in index.lookup("10.0.0.1").values()] == [body]
     assert index.lookup("*.example") == {}
     # A key type paramiko cannot verify (a FIDO key) is no key, where paramiko raises.
     sk = "10.0.0.4 sk-ssh-ed25519@openssh.com AAAAGnNrLXNzaC1lZDI1NTE5QG9wZW5zc2guY29t\n"
-    assert connection.KnownHosts.parse(sk).lookup("10.0.0.4") == {}
+    assert known_hosts.KnownHosts.parse(sk).lookup("10.0.0.4") == {}
 
 
 def test_a_fleets_known_hosts_builds_no_key_but_the_hosts_looked_up(tmp_path, monkeypatch):
@@ -626,7 +626,7 @@ def test_a_fleets_known_hosts_builds_no_key_but_the_hosts_looked_up(tmp_path, mo
     monkeypatch.setattr(
         paramiko.PKey, "from_type_string", lambda *a, **k: built.append(a) or real(*a, **k)
     )
-    index = connection._known_host_keys(path)
+    index = known_hosts.read_known_hosts(path)
     assert index is not None and built == []
     assert list(index.lookup("10.1.3.7")) == ["ssh-ed25519"] and len(built) == 1
-    assert connection._known_host_keys(path) is index  # read once per content
+    assert known_hosts.read_known_hosts(path) is index  # read once per content
