@@ -501,6 +501,7 @@ def status(
     something is still pending (a replica that just started has not scraped everything yet): run
     again, or use --wait.
     """
+    from deployer.monitoring import check as rows
     from deployer.monitoring import status as stack
     from deployer.monitoring.http import http_fetch
 
@@ -514,16 +515,16 @@ def status(
         if pool is not None:
             pool.close_all()
     if output == "json":
-        click.echo(json.dumps(stack.to_json(checks), indent=2))
+        click.echo(json.dumps(rows.to_json(checks), indent=2))
     else:
-        click.echo(stack.table(checks))
-    for c in stack.failures(checks):
+        click.echo(rows.table(checks))
+    for c in rows.failures(checks):
         click.echo(f"FAILED {c.component} {c.host}: {c.check}: {c.detail}", err=True)
-    for c in stack.pending(checks):
+    for c in rows.pending(checks):
         click.echo(f"PENDING {c.component} {c.host}: {c.check}: {c.detail}", err=True)
-    if stack.failures(checks):
+    if rows.failures(checks):
         sys.exit(EXIT_FAILED)
-    sys.exit(stack.EXIT_PENDING if stack.pending(checks) else EXIT_OK)
+    sys.exit(stack.EXIT_PENDING if rows.pending(checks) else EXIT_OK)
 
 
 _ROLLOUT = RolloutOptions()  # upgrade-driver's defaults, shown by --help (defined there only)

@@ -8,8 +8,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 OK, PENDING, FAILED = "ok", "pending", "failed"
 _RANK = {OK: 0, PENDING: 1, FAILED: 2}
@@ -55,3 +56,43 @@ def parse_time(text: str) -> float | None:
         return datetime.fromisoformat(t).timestamp()
     except ValueError:
         return None
+
+
+# ---------------------------------------------------------------- the rows shown
+
+
+def failures(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.state == FAILED]
+
+
+def pending(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.state == PENDING]
+
+
+def overall(checks: list[Check]) -> str:
+    return worst([c.state for c in checks])
+
+
+def _row(c: Check) -> dict[str, Any]:
+    return {**asdict(c), "ok": c.ok}
+
+
+def to_json(checks: list[Check]) -> dict[str, Any]:
+    """``{"ok", "state", "checks", "failed", "pending"}``; each check ``{"component", "host",
+    "check", "state", "detail", "ok"}`` (``ok``: state is "ok")."""
+    return {
+        "ok": overall(checks) == OK,
+        "state": overall(checks),
+        "checks": [_row(c) for c in checks],
+        "failed": [_row(c) for c in failures(checks)],
+        "pending": [_row(c) for c in pending(checks)],
+    }
+
+
+def table(checks: list[Check]) -> str:
+    shown = {OK: "ok", PENDING: "PENDING", FAILED: "FAILED"}
+    rows = [("COMPONENT", "HOST", "CHECK", "RESULT", "DETAIL")] + [
+        (c.component, c.host, c.check, shown[c.state], c.detail) for c in checks
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows)

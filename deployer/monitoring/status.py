@@ -47,7 +47,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -766,43 +766,3 @@ def collect_until(
 def open_hosts(exp: StackExpectation) -> ConnectionPool:
     """One SSH connection per host, opened on first use (close with ``close_all``)."""
     return ConnectionPool(lambda host: SSHConnection(exp.ssh[host]))
-
-
-# ---------------------------------------------------------------- presentation
-
-
-def failures(checks: list[Check]) -> list[Check]:
-    return [c for c in checks if c.state == FAILED]
-
-
-def pending(checks: list[Check]) -> list[Check]:
-    return [c for c in checks if c.state == PENDING]
-
-
-def overall(checks: list[Check]) -> str:
-    return worst([c.state for c in checks])
-
-
-def _row(c: Check) -> dict[str, Any]:
-    return {**asdict(c), "ok": c.ok}
-
-
-def to_json(checks: list[Check]) -> dict[str, Any]:
-    """``{"ok", "state", "checks", "failed", "pending"}``; each check ``{"component", "host",
-    "check", "state", "detail", "ok"}`` (``ok``: state is "ok")."""
-    return {
-        "ok": overall(checks) == OK,
-        "state": overall(checks),
-        "checks": [_row(c) for c in checks],
-        "failed": [_row(c) for c in failures(checks)],
-        "pending": [_row(c) for c in pending(checks)],
-    }
-
-
-def table(checks: list[Check]) -> str:
-    shown = {OK: "ok", PENDING: "PENDING", FAILED: "FAILED"}
-    rows = [("COMPONENT", "HOST", "CHECK", "RESULT", "DETAIL")] + [
-        (c.component, c.host, c.check, shown[c.state], c.detail) for c in checks
-    ]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows)

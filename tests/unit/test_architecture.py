@@ -164,7 +164,7 @@ LAYERS = [
     # state, options and drain naming sit in status' layer (they import only errors)
     ["monitoring.status", "monitoring.expect", "monitoring.check", "monitoring.checks_driver",
      "monitoring.checks_gpus", "monitoring.checks_loaded", "monitoring.checks_scrape",
-     "monitoring.checks_shards",
+     "monitoring.checks_shards", "monitoring.checks_global",
      "monitoring.store", "monitoring.slurm", "monitoring.slurm_state", "monitoring.rollouts",
      "monitoring.silences",
      "rollout.drain", "rollout.state", "rollout.options", "rollout.batching"],
@@ -176,7 +176,7 @@ LAYERS = [
      "monitoring.dashboards"],  # what the grafana templates render
     ["gpu"],
     ["modules", "results"],
-    ["hostaccess", "boot", "facts", "connection",
+    ["hostaccess", "boot", "facts", "connection", "known_hosts",
      "monitoring.http"],  # the one HTTP client: status, silences, the store, the dashboards' proof
     ["errors", "secrets", "booleans", "varformats", "yamlsrc", "memory", "spans", "dcgm_fields",
      "library_logs", "unsafe", "controller_secrets", "tls", "__init__"],

@@ -19,7 +19,7 @@ from deployer.connection import ScriptedConnection
 from deployer.errors import HostUnreachable, InputError
 from deployer.facts import FACTS_SCRIPT
 from deployer.monitoring import checks_global, status
-from deployer.monitoring.check import FAILED, OK, PENDING
+from deployer.monitoring.check import FAILED, OK, PENDING, overall, table, to_json
 from deployer.monitoring.checks_loaded import md5_metric_value, md5_of
 from deployer.monitoring.file_sd import Target
 from deployer.monitoring.http import Response
@@ -431,7 +431,7 @@ def test_a_replica_that_just_started_is_pending_until_it_has_scraped(stack):
     assert detail(checks, "prom02", "scraping job node") == (
         "gpu01 (10.0.0.11:9100) not scraped yet since the replica started 2027-01-15 07:59:50Z"
     )
-    assert status.overall(checks) == PENDING
+    assert overall(checks) == PENDING
 
 
 def test_targets_not_yet_discovered_by_a_young_replica_are_pending(stack):
@@ -513,7 +513,7 @@ def test_wait_checks_again_until_green(stack):
         expectation(), fetch, wait_s=60, now=lambda: NOW, sleep=slept.append,
         monotonic=lambda: next(clock),
     )  # fmt: skip
-    assert status.overall(checks) == OK
+    assert overall(checks) == OK
     assert len(rounds) == 3 and slept == [5.0, 5.0]
 
 
@@ -646,7 +646,7 @@ def test_a_dead_ssh_session_is_closed_so_the_next_round_reconnects(stack, hosts)
         expectation(), stack, pool.get, wait_s=60, now=lambda: NOW, sleep=lambda s: None,
         monotonic=lambda: next(clock),
     )  # fmt: skip
-    assert status.overall(checks) == OK
+    assert overall(checks) == OK
     assert opened.count("prom02") == 2 and opened.count("prom01") == 1
 
 
@@ -759,7 +759,7 @@ def test_json_names_failures_and_pending_with_their_state(stack):
     stack.down.add(P2)
     stack.am_status["10.0.0.23"] = "settling"
     checks = run(stack)
-    data = status.to_json(checks)
+    data = to_json(checks)
     assert data["ok"] is False and data["state"] == FAILED
     assert data["failed"] == [
         {
@@ -772,7 +772,7 @@ def test_json_names_failures_and_pending_with_their_state(stack):
         }
     ]
     assert [(p["host"], p["state"]) for p in data["pending"]] == [("mon01", "pending")]
-    text = status.table(checks)
+    text = table(checks)
     assert text.splitlines()[0].split()[:4] == ["COMPONENT", "HOST", "CHECK", "RESULT"]
     assert any("prom02" in ln and "FAILED" in ln for ln in text.splitlines())
     assert any("mon01" in ln and "PENDING" in ln for ln in text.splitlines())

@@ -15,7 +15,7 @@ import pytest
 from deployer.connection import ScriptedConnection
 from deployer.errors import HostUnreachable, InputError
 from deployer.monitoring import slurm, status
-from deployer.monitoring.check import FAILED, OK
+from deployer.monitoring.check import FAILED, OK, to_json
 from deployer.monitoring.http import Response
 from deployer.monitoring.rollouts import HostStep, RunInfo
 from deployer.monitoring.slurm import (
@@ -491,7 +491,7 @@ def test_status_lists_the_slurm_rows_after_the_hosts_rows(tmp_path, monkeypatch)
         ("gpu01", "GPU use = Slurm allocation", FAILED),
     ]
     assert [c.component for c in rows].index("slurm") > [c.component for c in rows].index("driver")
-    assert [c["component"] for c in status.to_json(rows)["failed"]] == ["slurm"]
+    assert [c["component"] for c in to_json(rows)["failed"]] == ["slurm"]
 
 
 def test_api_only_status_says_slurm_was_not_read():
