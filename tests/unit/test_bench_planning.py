@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.planning import verdicts
+from bench.planning import capacity_verdict, verdicts
 
 
 def _result(hosts: int, total_s: float, peak: float) -> dict:
@@ -27,3 +27,13 @@ def test_a_failed_size_says_so_with_both_targets():
     assert verdicts([{"hosts": 100_003, "error": "timed out"}]) == [
         "planning 100,003 hosts: failed (target < 3 s and < 500 MiB)"
     ]
+
+
+def test_the_sharded_planning_is_judged_on_every_stage_it_timed():
+    r = {"hosts": 100_000, "recommended_shards": 56, "total_s": 2.5, "peak_rss_mib": 367.0,
+         "stages": {"inventory_load": {"s": 1.0}, "capacity": {"s": 0.5},
+                    "file_sd_every_shard": {"s": 1.0}}}  # fmt: skip
+    line = capacity_verdict(r)
+    assert "inventory load 1.00 + capacity 0.50 + file sd every shard 1.00 = 2.50 s" in line
+    assert "(target < 3 s: met)" in line and "(target < 500 MiB: met)" in line
+    assert "(target < 3 s: MISSED)" in capacity_verdict({**r, "total_s": 6.6})
