@@ -47,6 +47,20 @@ def lab_named_by(env_var: str, request: pytest.FixtureRequest) -> Lab:
     return request.getfixturevalue("lab")
 
 
+def lab_needed_after(request: pytest.FixtureRequest) -> bool:
+    """Whether the session's lab is still needed once this module's tests are done: a lab test
+    collected after them, or a lab kept after the session (``GPUMON_LAB_KEEP=1``). A module that
+    leaves the lab changed (TLS turned on) puts it back only then: at a session's end the lab is
+    taken down, and putting a lab back that nothing reads again was CI's longest teardown
+    (test_tls: one whole-lab ``up``, 292 s on 2026-12-03)."""
+    if os.environ.get("GPUMON_LAB_KEEP") == "1":
+        return True
+    items = request.session.items
+    mine = [i for i, item in enumerate(items) if item.path == request.path]
+    after = items[max(mine) + 1 :] if mine else []
+    return any(item.get_closest_marker("lab") is not None for item in after)
+
+
 class WallClock:
     """How far the wall clock moved against the monotonic clock since this was made: a step of
     the machine's clock (or a pause of the whole VM) that every daemon of the lab saw at once.

@@ -40,7 +40,7 @@ from cryptography import x509
 from deployer.lab import Lab
 from deployer.monitoring.http import ClientTLS, api_data, http_fetch, use_tls
 from deployer.tls import ca, rotation
-from tests.integration.labtools import lab_named_by, run_cli, wait_until
+from tests.integration.labtools import lab_named_by, lab_needed_after, run_cli, wait_until
 
 pytestmark = pytest.mark.lab
 
@@ -88,7 +88,9 @@ def passwords() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def deployed(tlab: Lab, tls_vars, env, outputs, secrets_dir, passwords) -> Iterator[ClientTLS]:
+def deployed(
+    request: pytest.FixtureRequest, tlab: Lab, tls_vars, env, outputs, secrets_dir, passwords
+) -> Iterator[ClientTLS]:
     proc = gpumon("up", "-i", str(tlab.inventory_path), *tls_vars, env=env)
     outputs += [proc.stdout, proc.stderr]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -100,7 +102,7 @@ def deployed(tlab: Lab, tls_vars, env, outputs, secrets_dir, passwords) -> Itera
     use_tls(client)
     yield client
     use_tls(None)
-    if os.environ.get("GPUMON_TLS_LAB"):
+    if os.environ.get("GPUMON_TLS_LAB") or not lab_needed_after(request):
         return
     back = gpumon("up", "-i", str(tlab.inventory_path), env=env)
     assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
