@@ -157,6 +157,30 @@ def test_targets_file_of_a_job_is_that_jobs_groups_rendered():
         assert file_sd.targets_file(v, job) == file_sd.render(groups), job
 
 
+def test_a_targets_file_is_its_groups_encoded_whatever_the_label_text():
+    """The GPU jobs' files are written around each host's labels encoded once: byte for byte
+    what encoding each group whole gives, for quotes, backslashes, non-ASCII text and an IPv6
+    address too, whichever of the two is asked first."""
+    odd = {
+        "gpu01": {"ansible_host": "fd00::11", "rack": 'r"1\\x', "cluster": "příbor",
+                  "gpu_model": "H100", "scrape_tier": "training"},
+        "gpu02": {"ansible_host": "10.0.0.12", "rack": "r\tab\n", "slurm_partition": 7},
+        "gpu03": {},
+    }  # fmt: skip
+    for first in ("file", "groups"):
+        v = variables(hostvars={**HOSTVARS, **odd})
+        for job in file_sd.LABELLED_JOBS:
+            if first == "file":
+                text = file_sd.targets_file(v, job)
+                groups = file_sd.job_targets(v, job)
+            else:
+                groups = file_sd.job_targets(v, job)
+                text = file_sd.targets_file(v, job)
+            whole = [json.dumps(g, sort_keys=True) for g in groups]
+            assert text == "[\n  " + ",\n  ".join(whole) + "\n]\n", (first, job)
+            assert json.loads(text) == groups
+
+
 def test_generating_targets_leaves_the_garbage_collector_running():
     file_sd.file_sd_targets(variables())
     assert gc.isenabled()
