@@ -6,6 +6,7 @@ inline ``!vault`` value is refused, naming vault and what to do instead."""
 from __future__ import annotations
 
 import copy
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,14 @@ def _build_from_events(text: str, source: str) -> Any:
     bench/README.md). Anything else (a tag such as ``!unsafe`` or ``!vault``, an anchor or alias,
     a merge key, a key that is not a scalar, a duplicate key, a second document, a syntax
     error) raises ``_NotPlain`` and is left to the full loader, with its errors."""
-    helper = _Loader("")  # PyYAML's resolver and scalar constructors, as the full loader has them
+    helper = _Loader("")  # PyYAML's scalar constructors, as the full loader has them
+    # PyYAML's implicit resolution (Resolver.resolve for a plain scalar), without its call per
+    # distinct scalar (every host name and address of an inventory is one): the resolvers
+    # keyed by the first character, then those for any character; none matching is a string.
+    by_first = helper.yaml_implicit_resolvers
+    any_first = by_first.get(None, [])
+    if helper.yaml_path_resolvers:  # none are added here; with one, the full loader's rules
+        raise _NotPlain
     plain: dict[str, Any] = {}  # each distinct plain scalar's value
     no_key = _NO_KEY
     # The innermost open container and its state; the enclosing ones wait on ``stack``.
@@ -151,7 +159,11 @@ def _build_from_events(text: str, source: str) -> Any:
                 if event.implicit[0]:
                     known = plain.get(value, no_key)
                     if known is no_key:
-                        tag = helper.resolve(yaml.ScalarNode, value, (True, False))
+                        tag = _STR_TAG
+                        for candidate, pattern in chain(by_first.get(value[:1], ()), any_first):
+                            if pattern.match(value):
+                                tag = candidate
+                                break
                         if tag == _STR_TAG:
                             known = value
                         elif tag in _SCALAR_TAGS:

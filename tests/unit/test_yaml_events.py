@@ -122,6 +122,19 @@ def test_scalars_of_every_implicit_type_and_nested_containers_read_the_same() ->
 
 
 @pytest.mark.parametrize(
+    "scalar",
+    ["", "~", "null", "Null", "NULL", "yes", "No", "on", "OFF", "y", "true", "False", "1", "-1",
+     "+1", "0", "0x1f", "0o17", "017", "1_000", "0b101", "1.5", ".5", "1e3", "1.0e+3", "-1.5E-2",
+     ".inf", "-.Inf", ".NaN", "1:20", "190:20:30.15", "2026-12-02", "2026-12-02 10:20:30",
+     "2026-12-02T10:20:30.5Z", "2026-1-2", "10.0.0.1", "fd00::1", "gpu01", "r00012", ".",
+     "+", "1.2.3", "0.", "e3", "_1"],
+)  # fmt: skip
+def test_every_implicit_scalar_resolves_as_the_full_loader_resolves_it(scalar: str) -> None:
+    text = f"k: {scalar}\nl:\n  - {scalar}\n"
+    assert_same(yamlsrc._build_from_events(text, "x.yml"), full_load(text, "x.yml"))
+
+
+@pytest.mark.parametrize(
     "text",
     ["", "# only a comment\n", "just text\n", "42\n", "- a\n- b\n", "---\nx: 1\n...\n"],
     ids=["empty", "comment", "scalar", "int", "sequence", "markers"],
