@@ -164,8 +164,11 @@ def expand_host_pattern(pattern: Any, origin: Origin) -> tuple[list[str], int | 
             line=origin[1],
             key=str(pattern),
         )
+    plain = pattern.strip()
+    if _HOST_NAME.match(plain):  # a plain name (no port, range or IPv6: none of ':[]')
+        return [plain], None
     try:
-        name, port = _split_port(pattern.strip())
+        name, port = _split_port(plain)
         names = expand_host_range(name)
     except ValueError as exc:
         raise InputError(str(exc), source=origin[0], line=origin[1], key=pattern) from None
