@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import getpass
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import jinja2
@@ -143,22 +143,36 @@ class ConnectionSpecs:
     def __init__(self, expand_user: Callable[[str], str] = os.path.expanduser) -> None:
         self._expand_user = expand_user
         self._shared: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._by_caller: dict[Hashable, dict[str, Any]] = {}
 
     def spec(
-        self, name: str, variables: Mapping[str, Any], origins: Mapping[str, str]
+        self,
+        name: str,
+        variables: Mapping[str, Any],
+        origins: Mapping[str, str],
+        same_as: Hashable | None = None,
     ) -> ConnectionSpec:
-        values = tuple([variables.get(key) for key in _SHARED_CONNECTION_VARS])
-        key = (values, tuple(map(type, values)))
-        try:
-            shared = self._shared.get(key)
-        except TypeError:  # an unhashable value (a list where a user belongs): read it alone
-            return connection_spec(name, variables, origins, self._expand_user)
+        """``same_as``: a key the caller knows stands for the shared variables' values (the
+        hosts of one set of groups whose own variables set none of them), so that they are
+        looked up once for it rather than read again for each host."""
+        shared = self._by_caller.get(same_as) if same_as is not None else None
         if shared is None:
-            spec = connection_spec(name, variables, origins, self._expand_user)
-            self._shared[key] = {
-                k: v for k, v in vars(spec).items() if k not in ("name", "address")
-            }
-            return spec
+            values = tuple([variables.get(key) for key in _SHARED_CONNECTION_VARS])
+            key = (values, tuple(map(type, values)))
+            try:
+                shared = self._shared.get(key)
+            except TypeError:  # an unhashable value (a list where a user belongs): read alone
+                return connection_spec(name, variables, origins, self._expand_user)
+            if shared is None:
+                spec = connection_spec(name, variables, origins, self._expand_user)
+                shared = self._shared[key] = {
+                    k: v for k, v in vars(spec).items() if k not in ("name", "address")
+                }
+                if same_as is not None:
+                    self._by_caller[same_as] = shared
+                return spec
+            if same_as is not None:
+                self._by_caller[same_as] = shared
         # The frozen dataclass filled without its per-field __init__ (the shared fields were
         # checked when first read): a fifth of loading 100,000 hosts went to reading them.
         spec = object.__new__(ConnectionSpec)
@@ -183,13 +197,37 @@ _CONNECTION_VARS = (
     "gpumon_known_hosts_file",
     "gpumon_host_key_policy",
 )
+_CONNECTION_VAR_NAMES = frozenset(_CONNECTION_VARS)
 _SHARED_CONNECTION_VARS = tuple(
     k for k in _CONNECTION_VARS if k not in ("ansible_host", "ansible_ssh_host")
 )
 
 
+_SHARED_CONNECTION_VAR_NAMES = frozenset(_SHARED_CONNECTION_VARS)
+
+
 # Built once (an Environment per host was 5% of loading 100,000 hosts); it holds no per-host state.
 _CONNECTION_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+
+
+def sets_shared_connection_vars(values: Mapping[str, Any]) -> bool:
+    """Whether ``values`` set a connection variable other than the address (the ones hosts
+    share in :class:`ConnectionSpecs`)."""
+    return not _SHARED_CONNECTION_VAR_NAMES.isdisjoint(values)
+
+
+def has_connection_template(values: Mapping[str, Any]) -> bool:
+    """Whether a connection variable among ``values`` is a template
+    (:func:`render_connection_vars` renders it), judged by ``values``' own few keys."""
+    for key, value in values.items():
+        if (
+            key in _CONNECTION_VAR_NAMES
+            and isinstance(value, str)
+            and ("{{" in value or "{%" in value)
+            and not is_unsafe(value)
+        ):
+            return True
+    return False
 
 
 def render_connection_vars(

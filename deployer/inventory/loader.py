@@ -12,7 +12,12 @@ from typing import Any
 
 from deployer.errors import InputError
 from deployer.inventory import group_map as group_mapping
-from deployer.inventory.connection_vars import ConnectionSpecs, render_connection_vars
+from deployer.inventory.connection_vars import (
+    ConnectionSpecs,
+    has_connection_template,
+    render_connection_vars,
+    sets_shared_connection_vars,
+)
 from deployer.inventory.draft import Draft
 from deployer.inventory.model import Host, Inventory
 from deployer.inventory.names import MAGIC_VARS, is_identifier
@@ -169,6 +174,10 @@ def _load_inventory(
 
     # Every host names the same key and known_hosts files: expand each path once per load.
     specs = ConnectionSpecs(functools.lru_cache(maxsize=None)(os.path.expanduser))
+    # Whether a connection variable is a template is judged once per membership (the groups'
+    # merged variables) and for extra vars, and per host on its own few variables only.
+    templated_groups: dict[Membership, bool] = {}
+    extra_templated = has_connection_template(extra)
     hosts: list[Host] = []
     for name, draft_host in draft.hosts.items():
         for found in (_secrets_in(draft_host.inline_vars), _secrets_in(draft_host.file_vars)):
@@ -176,17 +185,36 @@ def _load_inventory(
                 secrets.add(found)
         membership = member_groups[name]
         variables, origins = resolve(membership, draft_host, extra)
-        rendered = render_connection_vars(
-            variables,
-            lambda name=name, membership=membership: {
-                "inventory_hostname": name,
-                "inventory_hostname_short": name.split(".")[0],
-                "group_names": list(membership.group_names),
-                "groups": group_members,
-            },
-            origins,
+        rendered = variables
+        group_templated = templated_groups.get(membership)
+        if group_templated is None:
+            group_templated = templated_groups[membership] = has_connection_template(
+                membership.variables
+            )
+        templated = (
+            group_templated
+            or extra_templated
+            or has_connection_template(draft_host.inline_vars)
+            or has_connection_template(draft_host.file_vars)
         )
-        connection = specs.spec(name, rendered, origins)
+        if templated:
+            rendered = render_connection_vars(
+                variables,
+                lambda name=name, membership=membership: {
+                    "inventory_hostname": name,
+                    "inventory_hostname_short": name.split(".")[0],
+                    "group_names": list(membership.group_names),
+                    "groups": group_members,
+                },
+                origins,
+            )
+        # Hosts of one set of groups whose own variables set no connection variable but the
+        # address, none a template, read the same shared values: once per membership.
+        own = sets_shared_connection_vars(draft_host.inline_vars) or sets_shared_connection_vars(
+            draft_host.file_vars
+        )
+        same_as = None if templated or own else membership
+        connection = specs.spec(name, rendered, origins, same_as)
         hosts.append(Host(name, membership.ordered, variables, connection, origins))
 
     return Inventory(

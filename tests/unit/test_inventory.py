@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import getpass
 import json
 from pathlib import Path
 
@@ -295,6 +296,29 @@ def test_connection_variables_may_be_templates(tmp_path: Path) -> None:
     assert load(write(tmp_path / "h.yml", text)).connection("gpu01").address == "gpu01.mgmt.lab"
 
 
+@pytest.mark.parametrize("layer", ["group", "host", "group_vars", "host_vars", "extra"])
+def test_a_connection_template_is_rendered_from_whichever_layer_sets_it(
+    tmp_path: Path, layer: str
+) -> None:
+    """Only gpu01 has the template; gpu02 shares its groups and is read as written."""
+    template = '"{{ inventory_hostname }}.mgmt"'
+    group_vars = f"      ansible_user: {template}\n" if layer == "group" else ""
+    inline = f"ansible_user: {template}" if layer == "host" else ""
+    text = (
+        f"gpu:\n  vars:\n    site: lab\n{group_vars.replace('      ', '    ')}  hosts:\n"
+        f"    gpu01: {{{inline}}}\n    gpu02: {{ansible_host: 10.0.0.2}}\n"
+    )
+    if layer == "group_vars":
+        write(tmp_path / "group_vars" / "gpu.yml", f"ansible_user: {template}\n")
+    if layer == "host_vars":
+        write(tmp_path / "host_vars" / "gpu01.yml", f"ansible_user: {template}\n")
+    extra = {"ansible_user": "{{ inventory_hostname }}.mgmt"} if layer == "extra" else None
+    inv = load(write(tmp_path / "h.yml", text), extra)
+    assert inv.connection("gpu01").user == "gpu01.mgmt"
+    shared = layer in ("group", "group_vars", "extra")
+    assert inv.connection("gpu02").user == ("gpu02.mgmt" if shared else getpass.getuser())
+
+
 def test_undefined_variable_in_a_connection_template_is_refused(tmp_path: Path) -> None:
     text = 'gpu:\n  hosts:\n    gpu01:\n      ansible_host: "{{ mgmt_domain }}"\n'
     with pytest.raises(InputError, match="mgmt_domain") as caught:
@@ -330,6 +354,21 @@ def test_hosts_sharing_their_connection_settings_each_get_their_own_address(
         "10.0.0.4",
     ]
     assert [inv.connection(h).port for h in inv.hosts] == [2222, 2222, 2222, 2201]
+    # A port in the host's pattern and a user in its host_vars file are its own, not its rack's.
+    write(tmp_path / "host_vars" / "gpu03.yml", "ansible_user: other\n")
+    inv = load(
+        write(
+            tmp_path / "ports.yml",
+            text.replace("    gpu05:", '    "gpu06:2299":\n    gpu05:').replace(
+                "    gpu05: {ansible_host: 10.0.0.5, ansible_user: [not, a, user]}\n", ""
+            ),
+        )
+    )
+    assert {h: (c.port, c.user) for h in inv.hosts if (c := inv.connection(h))} == {
+        "gpu01": (2222, "deploy"), "gpu02": (2222, "deploy"), "gpu03": (2222, "other"),
+        "gpu04": (2201, "deploy"), "gpu06": (2299, "deploy"),
+    }  # fmt: skip
+    (tmp_path / "host_vars" / "gpu03.yml").unlink()
     # A host whose shared settings differ is read alone, and its bad value named.
     with pytest.raises(InputError, match="must be a string") as caught:
         load(write(tmp_path / "bad.yml", text))
