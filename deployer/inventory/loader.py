@@ -34,12 +34,16 @@ def _secrets_in(values: Mapping[str, Any]) -> list[Any]:
     verdict, so the names recurring on every host are judged once."""
     for key, value in values.items():
         if (
-            isinstance(value, Mapping | list | tuple)
+            (type(value) not in _SCALARS and isinstance(value, Mapping | list | tuple))
             or not isinstance(key, str)
             or is_secret_key(key)
         ):
             return secret_values_in(values)
     return []
+
+
+# Values that nest no keys, told by their exact type before the slower check against the ABCs.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def load_inventory(
