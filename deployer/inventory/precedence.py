@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from deployer.inventory.draft import DraftHost
-from deployer.inventory.model import Group, fmt_origin
+from deployer.inventory.model import Group, LayeredVars, fmt_origin
 
 
 def compute_depths(groups: dict[str, Group]) -> None:
@@ -67,18 +67,20 @@ class Membership:
 
 def resolve(
     membership: Membership, host: DraftHost, extra: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """A host's variables and their origins: its groups' (shared), its own, then extra vars."""
+) -> tuple[dict[str, Any], Mapping[str, str]]:
+    """A host's variables and their origins: its groups' (shared), its own, then extra vars.
+    The origins are a view over the groups' (shared, not copied: a dict of every variable's
+    origin per host was 60 MiB of 100,000 hosts) below the host's own and ``-e``."""
     variables = dict(membership.variables)
-    origins = dict(membership.origins)
+    own: dict[str, str] = {}
     for values, where in (
         (host.inline_vars, host.inline_origins),
         (host.file_vars, host.file_origins),
     ):
         for key, value in values.items():
             variables[key] = value
-            origins[key] = fmt_origin(where[key])
-    for key, value in extra.items():
-        variables[key] = value
-        origins[key] = "-e"
-    return variables, origins
+            own[key] = fmt_origin(where[key])
+    if extra:
+        variables.update(extra)
+        return variables, LayeredVars(dict.fromkeys(extra, "-e"), own, membership.origins)
+    return variables, LayeredVars(own, membership.origins) if own else membership.origins

@@ -56,6 +56,19 @@ def test_origins_name_the_file_and_line_of_the_winning_value() -> None:
     assert origins["upto_inventory_child"].startswith(str(FIXTURES / "precedence/hosts.yml:"))
 
 
+def test_every_variable_has_one_origin_and_extra_vars_and_host_vars_win_theirs() -> None:
+    inv = load_inventory(
+        FIXTURES / "precedence", {"upto_group_vars_all": 1, "new": 2}, secrets=SecretValues()
+    )
+    host = inv.host("prom01")
+    assert list(host.origins) == list(host.vars)
+    assert host.origins["upto_group_vars_all"] == host.origins["new"] == "-e"
+    plain = load_inventory(FIXTURES / "precedence", secrets=SecretValues()).host("prom01")
+    assert list(plain.origins) == list(plain.vars)
+    own = [k for k, where in plain.origins.items() if "host_vars" in where]
+    assert own and all(inv.host("prom01").origins[k] == plain.origins[k] for k in own)
+
+
 def test_sibling_groups_of_equal_depth_merge_by_name_so_the_later_name_wins() -> None:
     inv = load_inventory(FIXTURES / "siblings" / "hosts.yml", secrets=SecretValues())
     assert inv.host("gpu01").vars["rack"] == "from-zeta"
