@@ -295,9 +295,7 @@ def measure_capacity_shards(n: int, workdir: Path) -> dict[str, Any]:
     sizes = []
     for i in range(0, len(replicas), 2):
         one = {**sharded, "prometheus_shard": extra[replicas[i]]["prometheus_shard"]}
-        sizes.append(
-            sum(len(file_sd.targets_file(one, job)) for job in shards.SHARDED_JOBS)
-        )
+        sizes.append(sum(len(file_sd.targets_file(one, job)) for job in shards.SHARDED_JOBS))
     stage("file_sd_every_shard", t0)
     per_shard = [len(file_sd.job_targets({**sharded, "prometheus_shard": f"s{s:03d}"}, "dcgm"))
                  for s in range(k)]  # fmt: skip
