@@ -163,16 +163,16 @@ class ConnectionSpecs:
                 shared = self._shared.get(key)
             except TypeError:  # an unhashable value (a list where a user belongs): read alone
                 return connection_spec(name, variables, origins, self._expand_user)
+            first = None
             if shared is None:
-                spec = connection_spec(name, variables, origins, self._expand_user)
+                first = connection_spec(name, variables, origins, self._expand_user)
                 shared = self._shared[key] = {
-                    k: v for k, v in vars(spec).items() if k not in ("name", "address")
+                    k: v for k, v in vars(first).items() if k not in ("name", "address")
                 }
-                if same_as is not None:
-                    self._by_caller[same_as] = shared
-                return spec
             if same_as is not None:
                 self._by_caller[same_as] = shared
+            if first is not None:
+                return first
         # The frozen dataclass filled without its per-field __init__ (the shared fields were
         # checked when first read): a fifth of loading 100,000 hosts went to reading them.
         spec = object.__new__(ConnectionSpec)
@@ -201,8 +201,6 @@ _CONNECTION_VAR_NAMES = frozenset(_CONNECTION_VARS)
 _SHARED_CONNECTION_VARS = tuple(
     k for k in _CONNECTION_VARS if k not in ("ansible_host", "ansible_ssh_host")
 )
-
-
 _SHARED_CONNECTION_VAR_NAMES = frozenset(_SHARED_CONNECTION_VARS)
 
 
@@ -219,15 +217,12 @@ def sets_shared_connection_vars(values: Mapping[str, Any]) -> bool:
 def has_connection_template(values: Mapping[str, Any]) -> bool:
     """Whether a connection variable among ``values`` is a template
     (:func:`render_connection_vars` renders it), judged by ``values``' own few keys."""
-    for key, value in values.items():
-        if (
-            key in _CONNECTION_VAR_NAMES
-            and isinstance(value, str)
-            and ("{{" in value or "{%" in value)
-            and not is_unsafe(value)
-        ):
-            return True
-    return False
+    return any(key in _CONNECTION_VAR_NAMES and _is_template(v) for key, v in values.items())
+
+
+def _is_template(value: Any) -> bool:
+    """A connection variable's value that :func:`render_connection_vars` renders."""
+    return isinstance(value, str) and ("{{" in value or "{%" in value) and not is_unsafe(value)
 
 
 def render_connection_vars(
@@ -240,7 +235,7 @@ def render_connection_vars(
     rendered = variables
     for key in _CONNECTION_VARS:
         value = variables.get(key)
-        if isinstance(value, str) and ("{{" in value or "{%" in value) and not is_unsafe(value):
+        if _is_template(value):
             if rendered is variables:
                 rendered = dict(variables)
                 scope = {**variables, **context()}
