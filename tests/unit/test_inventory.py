@@ -302,10 +302,10 @@ def test_a_connection_template_is_rendered_from_whichever_layer_sets_it(
 ) -> None:
     """Only gpu01 has the template; gpu02 shares its groups and is read as written."""
     template = '"{{ inventory_hostname }}.mgmt"'
-    group_vars = f"      ansible_user: {template}\n" if layer == "group" else ""
+    group_line = f"    ansible_user: {template}\n" if layer == "group" else ""
     inline = f"ansible_user: {template}" if layer == "host" else ""
     text = (
-        f"gpu:\n  vars:\n    site: lab\n{group_vars.replace('      ', '    ')}  hosts:\n"
+        f"gpu:\n  vars:\n    site: lab\n{group_line}  hosts:\n"
         f"    gpu01: {{{inline}}}\n    gpu02: {{ansible_host: 10.0.0.2}}\n"
     )
     if layer == "group_vars":
@@ -355,20 +355,17 @@ def test_hosts_sharing_their_connection_settings_each_get_their_own_address(
     ]
     assert [inv.connection(h).port for h in inv.hosts] == [2222, 2222, 2222, 2201]
     # A port in the host's pattern and a user in its host_vars file are its own, not its rack's.
-    write(tmp_path / "host_vars" / "gpu03.yml", "ansible_user: other\n")
-    inv = load(
-        write(
-            tmp_path / "ports.yml",
-            text.replace("    gpu05:", '    "gpu06:2299":\n    gpu05:').replace(
-                "    gpu05: {ansible_host: 10.0.0.5, ansible_user: [not, a, user]}\n", ""
-            ),
-        )
-    )
-    assert {h: (c.port, c.user) for h in inv.hosts if (c := inv.connection(h))} == {
-        "gpu01": (2222, "deploy"), "gpu02": (2222, "deploy"), "gpu03": (2222, "other"),
-        "gpu04": (2201, "deploy"), "gpu06": (2299, "deploy"),
+    own = tmp_path / "own"
+    write(own / "host_vars" / "gpu03.yml", "ansible_user: other\n")
+    inv = load(write(own / "h.yml", (
+        "gpu:\n  vars: {ansible_user: deploy, ansible_port: 2222}\n  hosts:\n"
+        "    gpu01: {ansible_host: 10.0.0.1}\n    gpu03:\n    gpu06:2299:\n"
+        "    gpu04: {ansible_host: 10.0.0.4}\n"
+    )))  # fmt: skip
+    assert {h: (inv.connection(h).port, inv.connection(h).user) for h in inv.hosts} == {
+        "gpu01": (2222, "deploy"), "gpu03": (2222, "other"), "gpu06": (2299, "deploy"),
+        "gpu04": (2222, "deploy"),
     }  # fmt: skip
-    (tmp_path / "host_vars" / "gpu03.yml").unlink()
     # A host whose shared settings differ is read alone, and its bad value named.
     with pytest.raises(InputError, match="must be a string") as caught:
         load(write(tmp_path / "bad.yml", text))
