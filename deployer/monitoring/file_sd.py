@@ -119,16 +119,17 @@ def _own_shard(variables: Mapping[str, Any], hosts: list[str]) -> list[str]:
     (deployer/monitoring/handoff.py) also those its shard scraped in the recorded layout."""
     shard = variables.get(shards.SHARD_VAR)
     replica_shards, by = shards.layout(variables)
+    tier = tuple(shards.replicas(variables))
     if shard in (None, ""):
-        handoff.previous(variables, handoff.Layout(handoff.UNSHARDED, by))
+        handoff.previous(variables, handoff.Layout(handoff.UNSHARDED, by, tier))
         return hosts
     now = shards.members_of_shard(variables, hosts, str(shard))
     names = tuple(sorted(set(replica_shards.values())))
-    old = handoff.previous(variables, handoff.Layout(names, by))
+    old = handoff.previous(variables, handoff.Layout(names, by, tier))
     if old is None:
         return now
-    if old.names == handoff.UNSHARDED:  # every replica scraped every host
-        return hosts
+    if old.names == handoff.UNSHARDED:  # one pair scraped every host, no other replica any
+        return hosts if old.scraped_everything(str(variables["inventory_hostname"])) else now
     if str(shard) not in old.names:  # a new shard: it takes over, it hands nothing over
         return now
     before = shards.partition(hosts, variables["hostvars"], old.names, old.by)[str(shard)]

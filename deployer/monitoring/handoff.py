@@ -8,7 +8,11 @@ layout, ``up`` converges in two passes (deployer/cli.py), the second begun only 
 converged every host with no failure:
 
 - *hand over*: each replica of a shard scrapes the hosts the new layout gives it **and** those the
-  recorded layout gave it, so every replica only gains targets and none is dropped;
+  recorded layout gave it, so every replica only gains targets and none is dropped. From one
+  pair to shards, the replicas of that pair (recorded with the layout) keep every host, and a
+  replica that was not one of them takes only its own shard's: it scraped nothing before, and
+  every host in every new replica would be the whole pair's load (series kept in each new
+  replica's head block for hours, every exporter scraped by every replica) on each of them;
 - *settle*: one longest scrape interval later (every new owner has scraped every host it takes),
   the new layout is recorded, and the second pass renders each replica's own hosts alone: the old
   owners let go of the moved hosts, which their new owners already scrape.
@@ -26,7 +30,7 @@ import os
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +47,28 @@ UNSHARDED = ("",)
 
 @dataclass(frozen=True)
 class Layout:
+    """A tier's shard layout. ``replicas`` (the tier's replicas when it was recorded) is not
+    part of the layout: a replica added to or removed from a shard changes no host's shard, so
+    it hands nothing over; it is kept for the hand-over from one pair, which needs to know the
+    pair (empty in a record written before the replicas were recorded)."""
+
     names: tuple[str, ...]
     by: str
+    replicas: tuple[str, ...] = field(default=(), compare=False)
 
     def as_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "shards": list(self.names), "by": self.by}
+        return {
+            "format": FORMAT,
+            "shards": list(self.names),
+            "by": self.by,
+            "replicas": list(self.replicas),
+        }
+
+    def scraped_everything(self, replica: str) -> bool:
+        """Whether ``replica`` scraped every host in this (recorded) layout: one pair's
+        replicas did; a record without replicas counts every replica as one of the pair (no
+        host unscraped while it moves, at the cost of that pass' load)."""
+        return self.names == UNSHARDED and (not self.replicas or replica in self.replicas)
 
 
 _LOCK = threading.Lock()
@@ -91,7 +112,11 @@ def _read(path: Path) -> Layout | None:
         ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise InputError(f"{path}: not a shard layout record of this release", key=RECORD_VAR)
-    return Layout(tuple(str(n) for n in data.get("shards", ())), str(data.get("by", "host")))
+    return Layout(
+        tuple(str(n) for n in data.get("shards", ())),
+        str(data.get("by", "host")),
+        tuple(str(r) for r in data.get("replicas", ())),
+    )
 
 
 def previous(variables: Mapping[str, Any], wanted: Layout) -> Layout | None:
@@ -144,7 +169,8 @@ def settle() -> list[Path]:
     changed = []
     with _LOCK:
         for path, want in _WANTED.items():
-            if _READ.get(path) == want:
+            read = _READ.get(path)
+            if read == want and read is not None and read.replicas == want.replicas:
                 continue
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             staged = path.with_name(f".{path.name}.tmp")

@@ -118,11 +118,15 @@ def host_shards(
     return {h: of_key[k] for h, k in keys.items()}
 
 
+def replicas(variables: Mapping[str, Any]) -> list[str]:
+    """Every replica of the tier (the ``prometheus`` group), in inventory order, each once."""
+    return list(dict.fromkeys(variables["groups"].get(variables["prometheus_group"], [])))
+
+
 def layout(variables: Mapping[str, Any]) -> tuple[dict[str, str], str]:
     """From a replica's variables: replica -> shard (empty: not sharded) and the key kind."""
-    replicas = list(dict.fromkeys(variables["groups"].get(variables["prometheus_group"], [])))
     by = check_by(variables.get(BY_VAR))
-    return shard_of_replicas(replicas, variables["hostvars"]), by
+    return shard_of_replicas(replicas(variables), variables["hostvars"]), by
 
 
 # The last assignments computed, with the hostvars object they were computed from (kept, so its
@@ -189,9 +193,9 @@ def peers(variables: Mapping[str, Any]) -> list[str]:
     """The replicas of this replica's pair (its shard's, itself included); every replica of the
     ``prometheus`` group when the tier is not sharded. The restart handler's HA peers: a replica
     restarts only while another replica of its own pair serves."""
-    replicas = list(dict.fromkeys(variables["groups"].get(variables["prometheus_group"], [])))
+    tier = replicas(variables)
     own = variables.get(SHARD_VAR)
     if own in (None, ""):
-        return replicas
+        return tier
     replica_shards, _ = layout(variables)
-    return [r for r in replicas if replica_shards.get(r) == str(own)]
+    return [r for r in tier if replica_shards.get(r) == str(own)]

@@ -121,13 +121,48 @@ def test_a_removed_shard_s_hosts_go_to_the_shards_that_stay_in_the_first_pass(tm
     assert during["prom01"] | during["prom03"] == set(GPUS)
 
 
-def test_from_one_pair_to_shards_every_replica_scrapes_every_host_for_one_pass(tmp_path):
+def test_from_one_pair_to_shards_the_pair_keeps_every_host_and_a_new_replica_takes_its_own(
+    tmp_path,
+):
     converged(tmp_path, ONE_PAIR)
+    during = dcgm_hosts(tmp_path, TWO)
+    assert handoff.handing_over()
+    handoff.settle()
+    after = dcgm_hosts(tmp_path, TWO)
+    assert during["prom01"] == during["prom02"] == set(GPUS)  # the pair scraped every host
+    # prom03 and prom04 scraped nothing before: their shard's hosts only, not the pair's load
+    assert during["prom03"] == during["prom04"] == after["prom03"] != set(GPUS)
+    assert after["prom01"] == after["prom02"] != set(GPUS)
+
+
+def test_a_pair_split_across_shards_keeps_every_host_in_both_for_one_pass(tmp_path):
+    converged(tmp_path, ONE_PAIR)
+    split = {"prom01": "a", "prom02": "b", "prom03": "a", "prom04": "b"}
+    during = dcgm_hosts(tmp_path, split)
+    assert during["prom01"] == during["prom02"] == set(GPUS)
+    assert during["prom03"] | during["prom04"] == set(GPUS) != during["prom03"]
+
+
+def test_the_record_follows_the_pair_s_replicas_without_a_hand_over(tmp_path):
+    converged(tmp_path, ONE_PAIR)
+    replaced = {"prom07": "", "prom08": ""}
+    dcgm_hosts(tmp_path, replaced)
+    assert handoff.handing_over() == []  # the same layout: one pass
+    handoff.settle()
+    record = json.loads(next((tmp_path / "records").iterdir()).read_text())
+    assert record["shards"] == [""] and record["replicas"] == ["prom07", "prom08"]
+    during = dcgm_hosts(tmp_path, {"prom07": "a", "prom08": "a", "prom09": "b", "prom10": "b"})
+    assert during["prom07"] == during["prom08"] == set(GPUS) != during["prom09"]
+
+
+def test_a_record_without_replicas_has_every_replica_keep_every_host_for_one_pass(tmp_path):
+    converged(tmp_path, ONE_PAIR)
+    record = next((tmp_path / "records").iterdir())
+    record.write_text(json.dumps({"format": 1, "shards": [""], "by": "host"}))  # an older record
     during = dcgm_hosts(tmp_path, TWO)
     assert all(hosts == set(GPUS) for hosts in during.values())
     handoff.settle()
-    after = dcgm_hosts(tmp_path, TWO)
-    assert after["prom01"] != set(GPUS)
+    assert json.loads(record.read_text())["replicas"] == list(TWO)
 
 
 def test_an_unreadable_record_is_refused_naming_it(tmp_path):
