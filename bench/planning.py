@@ -10,11 +10,15 @@ Writes ``bench/results/planning-<date>.json``.
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime
 import json
+import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -455,6 +459,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    from deployer.monitoring import handoff
+
+    # Planned as a new tier, in every size's process: the re-shard record of a tier this machine
+    # converged (~/.local/state/gpumon-deploy/shards/) would otherwise be read as the layout the
+    # replicas hand over from, and from one pair every replica of that pair takes every host.
+    if args.one is None:  # each size's process (--one) inherits its parent's
+        records = tempfile.mkdtemp(prefix="bench-planning-records-")
+        atexit.register(shutil.rmtree, records, True)
+        os.environ[handoff.RECORD_DIR_ENV] = records
     if args.capacity_shards is not None:
         got = measure_capacity_shards(args.capacity_shards, workdir)
         print(json.dumps(got, indent=1))
