@@ -55,17 +55,8 @@ def controller_secret(path: str | os.PathLike[str]) -> str:
 
 
 def _read(p: Path) -> str:
-    fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_IMODE(mode) & 0o077:
-            raise InputError(
-                f"{p} is readable by others (mode {stat.S_IMODE(mode):04o}): "
-                f"chmod 600 {p} (or delete it to have a new secret generated)"
-            )
-        value = os.read(fd, 4096).decode("utf-8").strip()
-    finally:
-        os.close(fd)
+    value = read_private(p, 4096, " (or delete it to have a new secret generated)")
+    value = value.decode("utf-8").strip()
     if not value:
         raise InputError(f"{p} is empty: delete it to have a new secret generated")
     return value
@@ -99,16 +90,17 @@ def write_private(path: Path, data: bytes, mode: int) -> None:
     os.replace(tmp, path)
 
 
-def read_private(path: Path) -> bytes:
-    """A key file's bytes, refused when others can read it."""
+def read_private(path: Path, limit: int = 1 << 20, or_else: str = "") -> bytes:
+    """A private file's bytes (at most ``limit``), refused when others can read it: the error
+    says how to fix it, then ``or_else``. Never follows a link."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         mode = stat.S_IMODE(os.fstat(fd).st_mode)
         if mode & 0o077:
             raise InputError(
-                f"{path} is readable by others (mode {mode:04o}): chmod 600 {path}",
+                f"{path} is readable by others (mode {mode:04o}): chmod 600 {path}{or_else}",
                 source=str(path),
             )
-        return os.read(fd, 1 << 20)
+        return os.read(fd, limit)
     finally:
         os.close(fd)

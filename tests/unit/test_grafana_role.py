@@ -104,8 +104,10 @@ def test_a_kept_password_others_can_read_is_refused(tmp_path, secrets_dir):
     plan_grafana(tmp_path)
     keep = secrets_dir / "grafana-admin-password-graf01"
     os.chmod(keep, 0o644)
-    with pytest.raises(InputError, match="readable by others"):
+    secret = keep.read_text().strip()
+    with pytest.raises(InputError, match="readable by others.*delete it to have a new") as err:
         plan_grafana(tmp_path)
+    assert secret not in str(err.value)
 
 
 def test_grafana_ini_reads_the_password_from_its_file_and_keeps_anonymous_off(planned):
