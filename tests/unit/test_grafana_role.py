@@ -105,7 +105,7 @@ def test_a_kept_password_others_can_read_is_refused(tmp_path, secrets_dir):
     keep = secrets_dir / "grafana-admin-password-graf01"
     os.chmod(keep, 0o644)
     secret = keep.read_text().strip()
-    with pytest.raises(InputError, match="readable by others.*delete it to have a new") as err:
+    with pytest.raises(InputError, match=r"readable by others.*delete it to have a new") as err:
         plan_grafana(tmp_path)
     assert secret not in str(err.value)
 
