@@ -163,6 +163,7 @@ class Planner:
         )
         # Membership sets: a host's group_names by list search cost O(hosts) per host.
         self._group_sets = {name: set(hosts) for name, hosts in self._groups.items()}
+        self._hostvars: list[tuple[dict[str, Any], Mapping[str, Any], LazyHostVars]] = []
 
     def role(self, name: str) -> Role:
         if name not in self._roles:
@@ -215,10 +216,25 @@ class Planner:
                 g for g, members in self._group_sets.items() if host in members and g != "all"
             ),
             groups=self._groups,
-            hostvars=LazyHostVars(self.inventory, defaults, self.renderer, overrides),
+            hostvars=self.hostvars(defaults, overrides),
         )
         variables.update(context)
         return TemplatedVars(variables, self.renderer, source=f"variables of {host}")
+
+    def hostvars(self, defaults: dict[str, Any], overrides: Mapping[str, Any]) -> LazyHostVars:
+        """``hostvars``: one mapping for every host planned with these defaults and overrides, as
+        Ansible has one. Each host's variables are then resolved once however many hosts read
+        them, and what is computed from every host's (a sharded tier's shard assignment, the
+        targets' labels: deployer/monitoring/) is computed once, not once per replica. A host's
+        entry renders in its own scope, whoever reads it. The last few kept (the objects, so
+        their ids are not reused)."""
+        for d, o, found in self._hostvars:
+            if d is defaults and o is overrides:
+                return found
+        made = LazyHostVars(self.inventory, defaults, self.renderer, overrides)
+        self._hostvars.insert(0, (defaults, overrides, made))
+        del self._hostvars[4:]
+        return made
 
     def host_vars(
         self,

@@ -212,3 +212,36 @@ def test_each_replicas_config_carries_its_shard_as_an_external_label(tmp_path):
         )
         labels = yaml.safe_load(config)["global"]["external_labels"]
         assert labels["shard"] == ("a" if plan.host in ("prom01", "prom02") else "b")
+
+
+def test_planning_every_replica_assigns_each_host_and_reads_its_variables_once(
+    tmp_path, monkeypatch
+):
+    # Every replica's targets files read the same hostvars: 112 replicas of 100,000 hosts would
+    # otherwise hash and resolve every host once per replica (minutes of planning).
+    from deployer.templating import TemplatedVars
+
+    hashed: list[str] = []
+    real_assign, real_init = shards.assign, TemplatedVars.__init__
+
+    def assign(keys, names):
+        keys = list(keys)
+        hashed.extend(keys)
+        return real_assign(keys, names)
+
+    resolved: list[str] = []
+
+    def init(self, raw, renderer, source="variables"):
+        resolved.append(source)
+        real_init(self, raw, renderer, source)
+
+    monkeypatch.setattr(shards, "assign", assign)
+    monkeypatch.setattr(TemplatedVars, "__init__", init)
+    session = planned(tmp_path, SHARDED_INVENTORY)
+    assert [p.host for p in session.plans] == ["prom01", "prom02", "prom03", "prom04"]
+    assert sorted(hashed) == sorted(set(hashed))  # each key once, for all four replicas
+    assert {"host:gpu01", "host:gpu02", "host:gpu03"} <= set(hashed)
+    assert resolved.count("variables of gpu01") == 1
+    planner = session.planner
+    one, other = (planner.host_vars(h, session.plays[0]) for h in ("prom01", "prom03"))
+    assert one["hostvars"] is other["hostvars"]
