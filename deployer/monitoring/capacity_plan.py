@@ -44,7 +44,7 @@ def load(inventory: Path, extra_vars: list[str] | None = None) -> capacity.Capac
 
     warnings: list[str] = []
     exporters: dict[str, capacity.GpuExporter] = {}
-    for h in file_sd.job_members(v, "dcgm"):
+    for h in file_sd.every_gpu_host(v):  # every shard's: the tier is sized whole and per shard
         plan: dict[str, Any] = gpu_plan.template_plan(
             h, session.driver_choice(h).variables, None, None
         )

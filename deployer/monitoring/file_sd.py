@@ -96,10 +96,16 @@ def members(variables: Mapping[str, Any], group_names: Sequence[str]) -> list[st
 _MEMBERS: list[tuple[Any, tuple[str, ...], tuple[int, ...], list[str]]] = []
 
 
+def every_gpu_host(variables: Mapping[str, Any]) -> list[str]:
+    """The GPU hosts of the whole tier, whichever shard scrapes them (``job_members`` of
+    ``dcgm`` is the replica's own shard's)."""
+    return members(variables, [variables["prometheus_gpu_group"]])
+
+
 def job_members(variables: Mapping[str, Any], job: str) -> list[str]:
     """Which inventory hosts ``job`` scrapes (the sidecar job only when the sidecar is on)."""
     if job == "dcgm":
-        return _own_shard(variables, members(variables, [variables["prometheus_gpu_group"]]))
+        return _own_shard(variables, every_gpu_host(variables))
     if job == "node":
         return _own_shard(variables, members(variables, variables["prometheus_node_groups"]))
     if job in ("prometheus", "thanos-sidecar"):

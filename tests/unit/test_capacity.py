@@ -176,3 +176,22 @@ def test_a_sharded_tier_is_sized_per_shard_from_the_real_assignment(tmp_path: Pa
     # each shard holds its hosts' series and the stack's own (scraped by every shard)
     assert all(0 < n < whole for n in each)
     assert sum(each) >= whole
+
+
+def test_a_sharded_tier_counts_every_gpu_host_whichever_replica_is_read(tmp_path: Path):
+    # the command reads the first replica's variables; its own shard is not the whole tier
+    four = INVENTORY.replace(
+        "    prom01: {}\n    prom02: {}\n",
+        "    prom01: {}\n    prom02: {}\n    prom03: {}\n    prom04: {}\n",
+    ).replace("prometheus: {hosts: {prom01: {}, prom02: {}}}",
+              "prometheus: {hosts: {prom01: {}, prom02: {}, prom03: {}, prom04: {}}}")  # fmt: skip
+    sharded = (
+        four.replace("prom01: {}\n", "prom01: {prometheus_shard: a}\n")
+        .replace("prom02: {}\n", "prom02: {prometheus_shard: a}\n")
+        .replace("prom03: {}\n", "prom03: {prometheus_shard: b}\n")
+        .replace("prom04: {}\n", "prom04: {prometheus_shard: b}\n")
+    )
+    one_pair = capacity_json(tmp_path, four)
+    got = capacity_json(tmp_path, sharded)
+    assert got["per_replica"]["series"] == one_pair["per_replica"]["series"]
+    assert got["gpus"] == one_pair["gpus"] == 14
