@@ -74,13 +74,43 @@ MONITORING_GROUPS = (
 )
 
 
-def inventory_yaml(n: int, layout: str = "racks") -> str:
+def sharded_groups(shards: int) -> tuple[str, ...]:
+    """The monitoring groups of a tier of ``shards`` HA pairs (``replica_name``), each replica
+    setting its ``prometheus_shard``, and three Alertmanager peers."""
+    replicas = [
+        f"            {replica_name(s, r)}: {{ansible_host: 10.254.{s >> 7}.{(s & 127) * 2 + r}, "
+        f"prometheus_shard: {shard_name(s)}}}"
+        for s in range(shards)
+        for r in range(2)
+    ]
+    return (
+        "    monitoring:",
+        "      children:",
+        "        prometheus:",
+        "          hosts:",
+        *replicas,
+        "        alertmanager:",
+        "          hosts:",
+        *(f"            mon{i:02d}: {{ansible_host: 10.255.0.{i}}}" for i in (1, 2, 3)),
+    )
+
+
+def shard_name(s: int) -> str:
+    return f"s{s:03d}"
+
+
+def replica_name(s: int, r: int) -> str:
+    return f"prom-{shard_name(s)}{'ab'[r]}"
+
+
+def inventory_yaml(n: int, layout: str = "racks", shards: int = 0) -> str:
     """An Ansible YAML inventory: racks of 32 GPU hosts with their own vars, the versions planned
     for the whole fleet on ``gpu``, a Prometheus HA pair and three Alertmanager peers. ``flat``:
     every GPU host listed in ``gpu`` itself, its rack a host variable (as a generated inventory
-    or one INI ``[gpu]`` section has them)."""
+    or one INI ``[gpu]`` section has them). ``shards``: that many pairs instead of one."""
     if layout == "flat":
         return _flat_yaml(n)
+    monitoring = sharded_groups(shards) if shards else MONITORING_GROUPS
     out = [
         *FLEET_HEADER,
         "      children:",
@@ -101,7 +131,7 @@ def inventory_yaml(n: int, layout: str = "racks") -> str:
         ]
         for i in range(r * HOSTS_PER_RACK, min(n, (r + 1) * HOSTS_PER_RACK)):
             out.append(f"            {host_name(i)}: {{ansible_host: {host_address(i)}}}")
-    return "\n".join([*out, *MONITORING_GROUPS]) + "\n"
+    return "\n".join([*out, *monitoring]) + "\n"
 
 
 def _flat_yaml(n: int) -> str:
@@ -119,11 +149,13 @@ def _flat_yaml(n: int) -> str:
     return "\n".join([*out, *MONITORING_GROUPS]) + "\n"
 
 
-def inventory_path(n: int, workdir: Path, layout: str) -> Path:
-    """The inventory of ``n`` hosts in ``layout``, written once per work directory."""
-    path = workdir / (f"inventory-{n}.yml" if layout == "racks" else f"inventory-{layout}-{n}.yml")
+def inventory_path(n: int, workdir: Path, layout: str, shards: int = 0) -> Path:
+    """The inventory of ``n`` hosts in ``layout`` (``shards`` pairs), written once per work
+    directory."""
+    name = f"inventory-{n}" if layout == "racks" else f"inventory-{layout}-{n}"
+    path = workdir / (f"{name}-{shards}-shards.yml" if shards else f"{name}.yml")
     if not path.exists():
-        path.write_text(inventory_yaml(n, layout))
+        path.write_text(inventory_yaml(n, layout, shards))
     return path
 
 
@@ -237,80 +269,95 @@ def measure_one(n: int, workdir: Path, layout: str = "racks") -> dict[str, Any]:
     }
 
 
-def measure_capacity_shards(n: int, workdir: Path) -> dict[str, Any]:
-    """``n`` GPU hosts through the capacity computation, then assigned to the shards it
-    recommends (two replicas each): time and peak memory of both, and of every shard's file_sd
-    (``--capacity-shards N``; issue 17)."""
-    from collections import ChainMap
+def _exporters(variables: dict[str, Any] | Any) -> dict[str, Any]:
+    """Every GPU host's exporter, as the synthetic fleet runs it: 4.4.2-4.7.1 with the default
+    field groups."""
+    from deployer import dcgm_fields
+    from deployer.monitoring import capacity, file_sd
 
-    from deployer import dcgm_fields, memory
+    csv = dcgm_fields.render_csv(dcgm_fields.DEFAULT_GROUPS, exporter_tag="4.4.2-4.7.1")
+    hostvars = variables["hostvars"]
+    return {
+        h: capacity.GpuExporter(csv, csv, int(hostvars[h]["gpu_count"]))
+        for h in file_sd.every_gpu_host(variables)
+    }
+
+
+def recommend_shards(n: int, workdir: Path) -> dict[str, Any]:
+    """What the capacity computation recommends for ``n`` GPU hosts under one pair (untimed:
+    the measured run is the sharded tier it recommends)."""
+    from deployer.inventory import load_inventory
+    from deployer.monitoring import capacity
+    from deployer.plan import Planner
+    from deployer.roles import Play
+    from deployer.session import validation_facts
+
+    planner = Planner(load_inventory(inventory_path(n, workdir, "racks")), [REPO / "roles"],
+                      REPO / "templates")  # fmt: skip
+    play = Play(name="prometheus", hosts="prometheus", roles=("prometheus",))
+    v = planner.host_vars("prom01", play, {"facts": validation_facts("prom01").to_json()})
+    result = capacity.from_vars(v, _exporters(v))
+    return {
+        "recommended_shards": result.recommended_shards,
+        "series_per_replica_unsharded": result.per_replica.series,
+        "samples_per_s_unsharded": result.per_replica.samples_per_s,
+        "why": result.why,
+    }
+
+
+def measure_capacity_shards(n: int, workdir: Path, k: int) -> dict[str, Any]:
+    """``n`` GPU hosts and ``k`` HA pairs (the shards the capacity computation recommends), in
+    this process: the inventory loaded, the capacity of the sharded tier computed, then every
+    replica planned as ``up`` plans it (its own variables) and its dcgm and node targets files
+    rendered, as the prometheus role renders them (``--capacity-shards N``)."""
+    from deployer import memory
     from deployer.inventory import load_inventory
     from deployer.monitoring import capacity, file_sd, shards
     from deployer.plan import Planner
     from deployer.roles import Play
     from deployer.session import validation_facts
 
-    path = inventory_path(n, workdir, "racks")
-    loading = time.perf_counter(), time.process_time()
-    inventory = load_inventory(path)
-    memory.keep_for_the_run()
-    load_s = time.perf_counter() - loading[0], time.process_time() - loading[1]
-    planner = Planner(inventory, [REPO / "roles"], REPO / "templates")
-    prom_play = Play(name="prometheus", hosts="prometheus", roles=("prometheus",))
-    v = planner.host_vars("prom01", prom_play, {"facts": validation_facts("prom01").to_json()})
-    stages: dict[str, dict[str, float]] = {
-        "inventory_load": {"s": round(load_s[0], 3), "cpu_s": round(load_s[1], 3),
-                           "peak_rss_mib": _rss_mib()[1]},
-    }  # fmt: skip
+    path = inventory_path(n, workdir, "racks", k)
+    stages: dict[str, dict[str, float]] = {}
+    clock = [time.perf_counter(), time.process_time()]
 
-    cpu = [time.process_time()]
-
-    def stage(name: str, t0: float) -> None:
+    def stage(name: str) -> None:
         # CPU seconds beside wall: on a shared machine the wall time includes waiting for a core
-        now = time.process_time()
+        wall, cpu = time.perf_counter(), time.process_time()
         stages[name] = {
-            "s": round(time.perf_counter() - t0, 3),
-            "cpu_s": round(now - cpu[0], 3),
+            "s": round(wall - clock[0], 3),
+            "cpu_s": round(cpu - clock[1], 3),
             "peak_rss_mib": _rss_mib()[1],
         }
-        cpu[0] = now
+        clock[:] = [time.perf_counter(), time.process_time()]
 
-    t0 = time.perf_counter()
-    cpu[0] = time.process_time()
-    # every host of the synthetic fleet runs exporter 4.4.2-4.7.1 with the default field groups
-    csv = dcgm_fields.render_csv(dcgm_fields.DEFAULT_GROUPS, exporter_tag="4.4.2-4.7.1")
-    hostvars = v["hostvars"]
-    exporters = {
-        h: capacity.GpuExporter(csv, csv, int(hostvars[h]["gpu_count"]))
-        for h in file_sd.job_members(v, "dcgm")
-    }
-    result = capacity.from_vars(v, exporters)
-    stage("capacity", t0)
-    k = result.recommended_shards
-    replicas = [f"prom{s:03d}{r}" for s in range(k) for r in "ab"]
-    extra = {r: {"prometheus_shard": f"s{i // 2:03d}"} for i, r in enumerate(replicas)}
-    sharded = {
-        **v,
-        "groups": {**v["groups"], "prometheus": replicas},
-        "hostvars": ChainMap(extra, hostvars),
-    }
-    t0 = time.perf_counter()
-    cpu[0] = time.process_time()
-    sizes = []
-    for i in range(0, len(replicas), 2):
-        one = {**sharded, "prometheus_shard": extra[replicas[i]]["prometheus_shard"]}
-        sizes.append(sum(len(file_sd.targets_file(one, job)) for job in shards.SHARDED_JOBS))
-    stage("file_sd_every_shard", t0)
-    per_shard = [len(file_sd.job_targets({**sharded, "prometheus_shard": f"s{s:03d}"}, "dcgm"))
-                 for s in range(k)]  # fmt: skip
+    inventory = load_inventory(path)
+    memory.keep_for_the_run()
+    stage("inventory_load")
+    planner = Planner(inventory, [REPO / "roles"], REPO / "templates")
+    play = Play(name="prometheus", hosts="prometheus", roles=("prometheus",))
+    replicas = [replica_name(s, r) for s in range(k) for r in range(2)]
+
+    def replica_vars(r: str) -> Any:
+        return planner.host_vars(r, play, {"facts": validation_facts(r).to_json()})
+
+    result = capacity.from_vars(replica_vars(replicas[0]), _exporters(replica_vars(replicas[0])))
+    stage("capacity")
+    sizes, per_shard = [], []
+    for r in replicas:
+        v = replica_vars(r)
+        sizes.append(sum(len(file_sd.targets_file(v, job)) for job in shards.SHARDED_JOBS))
+        if r.endswith("a"):
+            per_shard.append(len(file_sd.job_members(v, "dcgm")))
+    stage("file_sd_every_replica")
     return {
         "hosts": n,
-        "series_per_replica_unsharded": result.per_replica.series,
-        "samples_per_s_unsharded": result.per_replica.samples_per_s,
-        "recommended_shards": k,
-        "why": result.why,
+        "shards": k,
+        "replicas": len(replicas),
+        "series_per_replica_sharded": result.per_replica.series,
+        "recommended_shards_sharded": result.recommended_shards,
         "gpu_hosts_per_shard_min_max": [min(per_shard), max(per_shard)],
-        "file_sd_bytes_per_shard_max": max(sizes),
+        "file_sd_bytes_per_replica_max": max(sizes),
         "stages": stages,
         "total_s": round(sum(st["s"] for st in stages.values()), 3),
         "peak_rss_mib": round(_rss_mib()[1], 1),
@@ -326,8 +373,9 @@ def capacity_verdict(r: dict[str, Any]) -> str:
     fast = "met" if r["total_s"] < TARGET_S else "MISSED"
     small = "met" if r["peak_rss_mib"] < TARGET_MIB else "MISSED"
     return (
-        f"planning {r['hosts']:,} hosts with capacity and {r['recommended_shards']} shards' "
-        f"file_sd: {parts} = {r['total_s']:.2f} s (target < {TARGET_S:g} s: {fast}), peak "
+        f"planning {r['hosts']:,} hosts with capacity and {r['shards']} shards' "
+        f"({r['replicas']} replicas') file_sd: {parts} = {r['total_s']:.2f} s "
+        f"(target < {TARGET_S:g} s: {fast}), peak "
         f"{r['peak_rss_mib']:.0f} MiB (target < {TARGET_MIB:g} MiB: {small}); the variable "
         "resolution and compatibility check of the plain run come on top"
     )
@@ -456,6 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     parser.add_argument("--capacity-shards", type=int, default=None, metavar="HOSTS",
                         help="capacity and every shard's file_sd for HOSTS GPU hosts")  # fmt: skip
+    parser.add_argument("--shards", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -464,12 +513,26 @@ def main(argv: list[str] | None = None) -> int:
     # Planned as a new tier, in every size's process: the re-shard record of a tier this machine
     # converged (~/.local/state/gpumon-deploy/shards/) would otherwise be read as the layout the
     # replicas hand over from, and from one pair every replica of that pair takes every host.
-    if args.one is None:  # each size's process (--one) inherits its parent's
+    if args.one is None and args.shards is None:  # a measured process inherits its parent's
         records = tempfile.mkdtemp(prefix="bench-planning-records-")
         atexit.register(shutil.rmtree, records, True)
         os.environ[handoff.RECORD_DIR_ENV] = records
+    if args.capacity_shards is not None and args.shards is not None:  # the measured process
+        print(json.dumps(measure_capacity_shards(args.capacity_shards, workdir, args.shards)))
+        return 0
     if args.capacity_shards is not None:
-        got = measure_capacity_shards(args.capacity_shards, workdir)
+        got = recommend_shards(args.capacity_shards, workdir)
+        print(f"  {got['why']}: {got['recommended_shards']} shards", file=sys.stderr)
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench.planning", "--capacity-shards",
+             str(args.capacity_shards), "--shards", str(got["recommended_shards"]),
+             "--workdir", str(workdir)],
+            cwd=REPO, capture_output=True, text=True, timeout=args.timeout, check=False,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            print(proc.stderr.strip()[-2000:], file=sys.stderr)
+            return 1
+        got.update(json.loads(proc.stdout))
         print(json.dumps(got, indent=1))
         print(capacity_verdict(got), file=sys.stderr)
         return 0

@@ -30,10 +30,11 @@ def test_a_failed_size_says_so_with_both_targets():
 
 
 def test_the_sharded_planning_is_judged_on_every_stage_it_timed():
-    r = {"hosts": 100_000, "recommended_shards": 56, "total_s": 2.5, "peak_rss_mib": 367.0,
+    r = {"hosts": 100_000, "shards": 56, "replicas": 112, "total_s": 2.5, "peak_rss_mib": 367.0,
          "stages": {"inventory_load": {"s": 1.0}, "capacity": {"s": 0.5},
-                    "file_sd_every_shard": {"s": 1.0}}}  # fmt: skip
+                    "file_sd_every_replica": {"s": 1.0}}}  # fmt: skip
     line = capacity_verdict(r)
-    assert "inventory load 1.00 + capacity 0.50 + file sd every shard 1.00 = 2.50 s" in line
+    assert "56 shards' (112 replicas') file_sd" in line
+    assert "inventory load 1.00 + capacity 0.50 + file sd every replica 1.00 = 2.50 s" in line
     assert "(target < 3 s: met)" in line and "(target < 500 MiB: met)" in line
     assert "(target < 3 s: MISSED)" in capacity_verdict({**r, "total_s": 6.6})
