@@ -420,11 +420,53 @@ def settings_from_vars(v: Mapping[str, Any], shards: int = 1) -> Settings:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _GpuHost:
+    """What one GPU host adds to the recording rules' series."""
+
+    gpus: int
+    sensorless: bool
+    cluster: str
+
+
+@dataclass
+class _TierLoads:
+    """Every target of the tier, each host's variables read once: per job, host -> its load
+    (in the order the job scrapes them), and each GPU host's part of the recorded series."""
+
+    jobs: dict[str, dict[str, TargetLoad]]
+    gpu_hosts: dict[str, _GpuHost]
+    dcgm_members: list[str]
+
+    def totals(
+        self, loads: list[TargetLoad], dcgm_members: Iterable[str]
+    ) -> tuple[list[TargetLoad], int, int, int]:
+        """``target_loads``' answer for ``loads`` and the GPU hosts ``dcgm_members``."""
+        members = list(dcgm_members)
+        found = [g for h in members if (g := self.gpu_hosts.get(h)) is not None]
+        gpus = sum(g.gpus for g in found)
+        sensorless = [g for g in found if g.sensorless]
+        recorded = recorded_series(
+            gpus,
+            sum(g.gpus for g in sensorless),
+            len(members),
+            len(sensorless),
+            len({g.cluster for g in found}),
+        )
+        return loads, gpus, len(members), recorded
+
+
 def target_loads(
     v: Mapping[str, Any], exporters: Mapping[str, GpuExporter]
 ) -> tuple[list[TargetLoad], int, int, int]:
     """Every scrape target of a replica's variables with its series and interval; the GPUs,
     GPU hosts and recorded series. ``exporters``: each GPU host's exporter (the role's CSVs)."""
+    tier = _tier_loads(v, exporters)
+    loads = [t for by_host in tier.jobs.values() for t in by_host.values()]
+    return tier.totals(loads, tier.dcgm_members)
+
+
+def _tier_loads(v: Mapping[str, Any], exporters: Mapping[str, GpuExporter]) -> _TierLoads:
     from deployer.monitoring import file_sd
 
     hostvars = v["hostvars"]
@@ -435,17 +477,17 @@ def target_loads(
     }
     self_series = {**SELF_SERIES_MEASURED, **(v.get("capacity_self_series") or {})}
     jobs = list(v.get("prometheus_scrape_jobs") or file_sd.JOBS)
-    out: list[TargetLoad] = []
-    gpus = 0
-    clusters: set[str] = set()
-    sensorless_gpus = sensorless_hosts = 0
-    gpu_hosts = file_sd.job_members(v, "dcgm") if "dcgm" in jobs else []
+    out = _TierLoads({}, {}, file_sd.job_members(v, "dcgm") if "dcgm" in jobs else [])
+    interval_of: dict[str, float] = {}  # a GPU host's, read once for its two jobs
     for job in jobs:
+        by_host = out.jobs.setdefault(job, {})
         for h in file_sd.job_members(v, job):
             hv = hostvars[h]
             interval = default_s
             if job in ("dcgm", "node"):
-                interval = tiers.get(str(hv.get("scrape_tier")), default_s)
+                interval = interval_of.get(h, 0.0)
+                if not interval:
+                    interval = interval_of[h] = tiers.get(str(hv.get("scrape_tier")), default_s)
             if job == "dcgm":
                 exp = exporters.get(h)
                 if exp is None:
@@ -453,21 +495,38 @@ def target_loads(
                 mig = mig_instances(hv.get("gpu_mig"), exp.gpus, h)
                 traits = traits_of(hv.get("gpu_model"), hv.get("capacity_gpu_nvlink"))
                 own = dcgm_series(exp.csv_mig if mig else exp.csv, exp.gpus, mig, traits)
-                gpus += exp.gpus
-                if traits.memory_temp_sensor is False:
-                    sensorless_gpus += exp.gpus
-                    sensorless_hosts += 1
-                clusters.add(str(hv.get("cluster", "")))
+                out.gpu_hosts[h] = _GpuHost(
+                    exp.gpus, traits.memory_temp_sensor is False, str(hv.get("cluster", ""))
+                )
             elif job == "node":
                 own = _positive_int(
                     hv.get("capacity_node_series", NODE_SERIES_MEASURED), "capacity_node_series", h
                 )
             else:
                 own = int(self_series.get(job, 0))
-            out.append(TargetLoad(job, h, own + SCRAPE_SERIES_PER_TARGET, interval))
-    hosts = len(gpu_hosts)
-    recorded = recorded_series(gpus, sensorless_gpus, hosts, sensorless_hosts, len(clusters))
-    return out, gpus, hosts, recorded
+            by_host[h] = TargetLoad(job, h, own + SCRAPE_SERIES_PER_TARGET, interval)
+    return out
+
+
+def _shard_loads(
+    v: Mapping[str, Any], tier: _TierLoads, shard: str
+) -> tuple[list[TargetLoad], int, int, int]:
+    """``target_loads`` of one shard's replica, from the whole tier's loads: the sharded jobs'
+    targets of the hosts that shard scrapes, the stack's own targets as every shard scrapes them."""
+    from deployer.monitoring import file_sd, shards
+
+    own = {**v, shards.SHARD_VAR: shard}
+    loads: list[TargetLoad] = []
+    dcgm: list[str] = []
+    for job, by_host in tier.jobs.items():
+        if job not in shards.SHARDED_JOBS:
+            loads.extend(by_host.values())
+            continue
+        members = file_sd.job_members(own, job)
+        loads.extend(t for h in members if (t := by_host.get(h)) is not None)
+        if job == "dcgm":
+            dcgm = members
+    return tier.totals(loads, dcgm)
 
 
 def from_vars(v: Mapping[str, Any], exporters: Mapping[str, GpuExporter]) -> Capacity:
@@ -485,11 +544,13 @@ def _from_vars(v: Mapping[str, Any], exporters: Mapping[str, GpuExporter]) -> Ca
     replica_shards, _ = shards.layout(v)
     names = sorted(set(replica_shards.values()))
     settings = settings_from_vars(v, max(1, len(names)))
-    whole = {**v, shards.SHARD_VAR: ""}
-    loads, gpus, hosts, recorded = target_loads(whole, exporters)
+    # Every host's variables read once: each shard's targets are the whole tier's, split.
+    tier = _tier_loads({**v, shards.SHARD_VAR: ""}, exporters)
+    whole = [t for by_host in tier.jobs.values() for t in by_host.values()]
+    loads, gpus, hosts, recorded = tier.totals(whole, tier.dcgm_members)
     result = compute(loads, gpus, hosts, recorded, settings)
     for name in names:
-        loads, gpus, hosts, recorded = target_loads({**v, shards.SHARD_VAR: name}, exporters)
+        loads, gpus, hosts, recorded = _shard_loads(v, tier, name)
         one = compute(loads, gpus, hosts, recorded, settings).per_replica
         result.per_shard[name] = one
         if one.series > SERIES_CEILING:
