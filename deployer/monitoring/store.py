@@ -48,6 +48,20 @@ GPU_METRIC = dcgm_fields.metric("gpu_temp")
 # What tells one GPU series from another in the global view: the GPU, its MIG instance (the
 # exporter's per-instance series, dcgm_fields.MIG_LABELS) and the job on it (rule_pack.JOB_LABEL).
 SERIES_IDENTITY = ", ".join(("node", "UUID", "GPU_I_ID", rule_pack.JOB_LABEL))
+# How long the global view keeps returning a series after its last sample: an instant query of
+# VictoriaMetrics looks back its default step, 5 minutes (docs.victoriametrics.com/query-stats:
+# an instant query logged with step_ms=300000), from 30 s ago (-search.latencyOffset); on the lab
+# (1.79.5) a series 331 s past its last sample was still returned. Prometheus' lookback delta is
+# 5 minutes too. A GPU whose host moved to another shard is seen under both shard labels that
+# long: the replicas' external labels are part of its series' identity in the store.
+VIEW_LOOKBACK_S = 330
+
+
+def per_gpu_query(shard_label: str) -> str:
+    """The global view's GPU series counted per GPU (``SERIES_IDENTITY``) and shard."""
+    return f"count by ({SERIES_IDENTITY}, {shard_label}) ({GPU_METRIC})"
+
+
 # A replica that started this recently may not have sent anything yet.
 STARTUP_GRACE_S = 120.0
 
@@ -80,6 +94,7 @@ class StoreExpectation:
     clusters: set[str] = field(default_factory=set)
     headers: dict[str, str] = field(default_factory=dict)  # store credentials (never shown)
     scrape_interval: str = ""
+    shard_label: str = "shard"  # the replicas' external label of their shard
     backups: dict[str, float] = field(default_factory=dict)  # store host -> interval, seconds
 
     @property
@@ -111,6 +126,7 @@ def expect(variables_of: VariablesOf) -> StoreExpectation:
     if first is None:
         return exp
     exp.scrape_interval = str(first["prometheus_scrape_interval"])
+    exp.shard_label = str(first.get("prometheus_shard_label") or exp.shard_label)
     if remote_write.auth_enabled(first):
         exp.headers = basic_auth(first["metrics_store_username"], first["metrics_store_password"])
     # not with gpumon_global_tier: federation (deployer/monitoring/federation.py)
@@ -373,6 +389,58 @@ def check_writer(
     return checks
 
 
+def _every_gpu_once(exp: StoreExpectation, fetch: Fetch) -> tuple[Check, str | None]:
+    """One series per GPU and, on a MIG GPU, per GPU instance, and with job mapping per job on it.
+    More than one under one shard label is the pair not deduplicated (a replica label kept):
+    failed. One under each of two shard labels is a host that moved to another shard (a re-shard,
+    or one pair becoming shards): the old shard's series stays in the view's lookback
+    (``VIEW_LOOKBACK_S``) after its last sample, so pending; two shards scraping one host for
+    longer is the shard rows' failure (deployer/monitoring/checks_shards.py)."""
+    comp, name, h = "global view", exp.view, (exp.headers if exp.view == "victoriametrics" else {})
+    per_gpu, err = query(fetch, exp.view_url, per_gpu_query(exp.shard_label), h)
+    if err is not None:
+        return Check.of(comp, name, "every GPU once", False, err), err
+    seen: dict[str, set[str]] = {}
+    shards_of: dict[str, set[str]] = {}
+    twice = []
+    for s in per_gpu or []:
+        m = s["metric"]
+        node, uuid, instance = m.get("node", ""), m.get("UUID", ""), m.get("GPU_I_ID")
+        seen.setdefault(node, set()).add(uuid)
+        where = f"{node} {uuid} GPU instance {instance}" if instance else f"{node} {uuid}"
+        job = m.get(rule_pack.JOB_LABEL)
+        shards_of.setdefault(f"{where} job {job}" if job else where, set()).add(
+            m.get(exp.shard_label, "")
+        )
+        if float(s["value"][1]) > 1:
+            twice.append(f"{where} x{float(s['value'][1]):.0f}")
+    problems = [
+        f"{node} {len(seen.get(node, ()))}/{want}"
+        for node, want in exp.gpus.items()
+        if len(seen.get(node, ())) != want
+    ]
+    if twice:
+        problems.append("more than one series for " + ", ".join(sorted(twice)[:5]))
+    if problems:
+        return Check.of(comp, name, "every GPU once", False, "; ".join(problems)), None
+    moved = sorted(
+        f"{where} ({', '.join(repr(s) for s in sorted(found))})"
+        for where, found in shards_of.items()
+        if len(found) > 1
+    )
+    if moved:
+        more = f" and {len(moved) - 5} more" if len(moved) > 5 else ""
+        detail = (
+            f"under two {exp.shard_label} labels: {', '.join(moved[:5])}{more}; a host that "
+            f"moved to another shard keeps its old series in the view for up to "
+            f"{VIEW_LOOKBACK_S} s"
+        )
+        return Check(comp, name, "every GPU once", PENDING, detail), None
+    total = sum(exp.gpus.values())
+    detail = f"{total} GPUs of {len(exp.gpus)} hosts, one series each"
+    return Check.of(comp, name, "every GPU once", True, detail), None
+
+
 def check_global_view(exp: StoreExpectation, fetch: Fetch) -> list[Check]:
     comp = "global view"
     name = exp.view
@@ -385,37 +453,10 @@ def check_global_view(exp: StoreExpectation, fetch: Fetch) -> list[Check]:
     checks = [Check.of(comp, name, "answers", True, f"{exp.view_url}/api/v1/query")]
     if not exp.gpus:
         return checks
-    # One series per GPU and, on a MIG GPU, per GPU instance, and with job mapping per job on it:
-    # more than one in such a group is the pair not deduplicated (a replica label kept).
-    per_gpu, err = query(fetch, exp.view_url, f"count by ({SERIES_IDENTITY}) ({GPU_METRIC})", h)
+    once, err = _every_gpu_once(exp, fetch)
+    checks.append(once)
     if err is not None:
-        return [*checks, Check.of(comp, name, "every GPU once", False, err)]
-    seen: dict[str, set[str]] = {}
-    twice = []
-    for s in per_gpu or []:
-        node, uuid = s["metric"].get("node", ""), s["metric"].get("UUID", "")
-        seen.setdefault(node, set()).add(uuid)
-        if float(s["value"][1]) > 1:
-            instance = s["metric"].get("GPU_I_ID")
-            where = f"{uuid} GPU instance {instance}" if instance else uuid
-            twice.append(f"{node} {where} x{float(s['value'][1]):.0f}")
-    problems = [
-        f"{node} {len(seen.get(node, ()))}/{want}"
-        for node, want in exp.gpus.items()
-        if len(seen.get(node, ())) != want
-    ]
-    if twice:
-        problems.append("more than one series for " + ", ".join(sorted(twice)[:5]))
-    total = sum(exp.gpus.values())
-    checks.append(
-        Check.of(
-            comp,
-            name,
-            "every GPU once",
-            not problems,
-            "; ".join(problems) or f"{total} GPUs of {len(exp.gpus)} hosts, one series each",
-        )
-    )
+        return checks
     clusters, err = query(fetch, exp.view_url, f"count by (cluster) ({GPU_METRIC})", h)
     if err is not None:
         return [*checks, Check.of(comp, name, "every cluster", False, err)]

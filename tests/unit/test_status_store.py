@@ -104,9 +104,7 @@ def healthy_stack(**over: Response) -> Canned:
         "10.0.0.1:9090/metrics": Response(200, replica_metrics(2_000.0, 1_995.0)),
         "10.0.0.2:9090/metrics": Response(200, replica_metrics(2_000.0, 1_990.0)),
         "10.0.0.5:8428/api/v1/query?vector(1)": Response(200, vector(({}, "1"))),
-        f"10.0.0.5:8428/api/v1/query?count by ({ss.SERIES_IDENTITY}) ({ss.GPU_METRIC})": Response(
-            200, GOOD_GPUS
-        ),
+        f"10.0.0.5:8428/api/v1/query?{ss.per_gpu_query('shard')}": Response(200, GOOD_GPUS),
         f"10.0.0.5:8428/api/v1/query?count by (cluster) ({ss.GPU_METRIC})": Response(
             200, vector(({"cluster": "lab"}, "3"))
         ),
@@ -165,11 +163,7 @@ def test_a_gpu_seen_twice_means_the_pair_was_not_deduplicated():
         ({"node": "gpu02", "UUID": "GPU-c"}, "1"),
     )
     fetch = healthy_stack(
-        **{
-            f"10.0.0.5:8428/api/v1/query?count by ({ss.SERIES_IDENTITY}) ({ss.GPU_METRIC})": Response(
-                200, twice
-            )
-        }
+        **{f"10.0.0.5:8428/api/v1/query?{ss.per_gpu_query('shard')}": Response(200, twice)}
     )
     bad = by_check(ss.collect(expectation(), fetch))[
         ("global view", "victoriametrics", "every GPU once")
@@ -185,7 +179,7 @@ def test_a_mig_gpu_is_one_gpu_with_one_series_per_gpu_instance():
         ({"node": "gpu01", "UUID": "GPU-b"}, "1"),
         ({"node": "gpu02", "UUID": "GPU-c"}, "1"),
     )
-    url = f"10.0.0.5:8428/api/v1/query?count by ({ss.SERIES_IDENTITY}) ({ss.GPU_METRIC})"
+    url = f"10.0.0.5:8428/api/v1/query?{ss.per_gpu_query('shard')}"
     got = by_check(ss.collect(expectation(), healthy_stack(**{url: Response(200, mig)})))
     assert got[("global view", "victoriametrics", "every GPU once")].ok
 
@@ -196,9 +190,7 @@ def test_a_missing_gpu_and_a_missing_cluster_fail():
     )
     fetch = healthy_stack(
         **{
-            f"10.0.0.5:8428/api/v1/query?count by ({ss.SERIES_IDENTITY}) ({ss.GPU_METRIC})": Response(
-                200, one_less
-            ),
+            f"10.0.0.5:8428/api/v1/query?{ss.per_gpu_query('shard')}": Response(200, one_less),
         }
     )
     got = by_check(ss.collect(expectation(clusters={"lab", "dc2"}), fetch))
@@ -389,3 +381,33 @@ def test_no_backup_yet_is_green_only_during_the_first_interval():
 )
 def test_backup_interval_is_read_as_systemd_reads_it(span, want):
     assert ss.timespan_seconds(span) == want
+
+
+def test_a_gpu_under_two_shard_labels_is_a_host_that_moved_shards_pending_not_failed():
+    # after a re-shard the view still returns the old shard's series for its lookback
+    moved = vector(
+        ({"node": "gpu01", "UUID": "GPU-a", "shard": "a"}, "1"),
+        ({"node": "gpu01", "UUID": "GPU-a", "shard": "b"}, "1"),
+        ({"node": "gpu01", "UUID": "GPU-b", "shard": "b"}, "1"),
+        ({"node": "gpu02", "UUID": "GPU-c"}, "1"),
+        ({"node": "gpu02", "UUID": "GPU-c", "shard": "a"}, "1"),  # one pair became shards
+    )
+    url = f"10.0.0.5:8428/api/v1/query?{ss.per_gpu_query('shard')}"
+    got = by_check(ss.collect(expectation(), healthy_stack(**{url: Response(200, moved)})))
+    row = got[("global view", "victoriametrics", "every GPU once")]
+    assert row.state == "pending"
+    assert "gpu01 GPU-a ('a', 'b')" in row.detail and "gpu02 GPU-c ('', 'a')" in row.detail
+    assert f"up to {ss.VIEW_LOOKBACK_S} s" in row.detail
+
+
+def test_a_gpu_twice_under_one_shard_label_fails_even_while_another_moved():
+    both = vector(
+        ({"node": "gpu01", "UUID": "GPU-a", "shard": "a"}, "2"),
+        ({"node": "gpu01", "UUID": "GPU-b", "shard": "a"}, "1"),
+        ({"node": "gpu01", "UUID": "GPU-b", "shard": "b"}, "1"),
+        ({"node": "gpu02", "UUID": "GPU-c", "shard": "b"}, "1"),
+    )
+    url = f"10.0.0.5:8428/api/v1/query?{ss.per_gpu_query('shard')}"
+    got = by_check(ss.collect(expectation(), healthy_stack(**{url: Response(200, both)})))
+    row = got[("global view", "victoriametrics", "every GPU once")]
+    assert row.state == "failed" and "gpu01 GPU-a x2" in row.detail
