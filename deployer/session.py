@@ -25,7 +25,7 @@ from deployer import memory, owed
 from deployer.connection import CommandResult, ConnectionPool, SSHConnection, SSHTarget
 from deployer.errors import HostUnreachable, InputError
 from deployer.executor import DEFAULT_FORKS, Events, Executor, NoEvents
-from deployer.facts import FACTS_SCRIPT, HostFacts, gather, parse_facts, unfinished
+from deployer.facts import FACTS_SCRIPT, HostFacts, gather, parse_facts
 from deployer.gpu import driver_record, gpu_plan, preflight
 from deployer.hostpattern import NoHostsMatched, select, split_patterns
 from deployer.hostsession import Prefetched, first_read_scripts, run_then_read
@@ -75,8 +75,6 @@ def gather_with_reads(
 ) -> tuple[HostFacts, list[CommandResult | None]]:
     """The host's facts and the results of read-only ``scripts``, in one round trip."""
     result, out = run_then_read(conn, FACTS_SCRIPT, scripts)
-    if unfinished(result) is not None:  # the reads after it are not trusted either
-        return gather(conn), [None] * len(scripts)
     return parse_facts(conn.name, result), out
 
 

@@ -135,23 +135,3 @@ def test_converging_hosts_twice_on_a_session_reuses_its_connections(tmp_path):
         session.converge_hosts(list(HOSTS), session.plays)
     assert sorted(ClosingConnection.opened) == sorted(HOSTS)
     assert not any(c.closed for c in session.pool._conns.values())
-
-
-def test_a_cut_facts_read_is_read_again_alone_and_the_reads_after_it_are_not_trusted():
-    from deployer.session import gather_with_reads
-
-    class Cut(LocalConnection):
-        """The first command stops after the facts' first section (a fork failure, say)."""
-
-        calls = 0
-
-        def run(self, command: str, **kw: Any) -> CommandResult:
-            Cut.calls += 1
-            got = super().run(command, **kw)
-            if Cut.calls == 1:
-                head = got.stdout[: got.stdout.index("@@pci")]
-                return CommandResult(command, 1, head, "fork: retry\n")
-            return got
-
-    facts, reads = gather_with_reads(Cut("gpu01"), ["echo one", "echo two"])
-    assert Cut.calls == 2 and facts.arch and reads == [None, None]
