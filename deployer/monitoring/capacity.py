@@ -455,15 +455,18 @@ class _TierLoads:
         )
         return loads, gpus, len(members), recorded
 
+    def whole(self) -> tuple[list[TargetLoad], int, int, int]:
+        """``target_loads``' answer for every target of the tier."""
+        loads = [t for by_host in self.jobs.values() for t in by_host.values()]
+        return self.totals(loads, self.dcgm_members)
+
 
 def target_loads(
     v: Mapping[str, Any], exporters: Mapping[str, GpuExporter]
 ) -> tuple[list[TargetLoad], int, int, int]:
     """Every scrape target of a replica's variables with its series and interval; the GPUs,
     GPU hosts and recorded series. ``exporters``: each GPU host's exporter (the role's CSVs)."""
-    tier = _tier_loads(v, exporters)
-    loads = [t for by_host in tier.jobs.values() for t in by_host.values()]
-    return tier.totals(loads, tier.dcgm_members)
+    return _tier_loads(v, exporters).whole()
 
 
 def _tier_loads(v: Mapping[str, Any], exporters: Mapping[str, GpuExporter]) -> _TierLoads:
@@ -546,8 +549,7 @@ def _from_vars(v: Mapping[str, Any], exporters: Mapping[str, GpuExporter]) -> Ca
     settings = settings_from_vars(v, max(1, len(names)))
     # Every host's variables read once: each shard's targets are the whole tier's, split.
     tier = _tier_loads({**v, shards.SHARD_VAR: ""}, exporters)
-    whole = [t for by_host in tier.jobs.values() for t in by_host.values()]
-    loads, gpus, hosts, recorded = tier.totals(whole, tier.dcgm_members)
+    loads, gpus, hosts, recorded = tier.whole()
     result = compute(loads, gpus, hosts, recorded, settings)
     for name in names:
         loads, gpus, hosts, recorded = _shard_loads(v, tier, name)

@@ -389,14 +389,16 @@ def check_writer(
     return checks
 
 
-def _every_gpu_once(exp: StoreExpectation, fetch: Fetch) -> tuple[Check, str | None]:
+def _every_gpu_once(
+    exp: StoreExpectation, fetch: Fetch, h: Mapping[str, str]
+) -> tuple[Check, str | None]:
     """One series per GPU and, on a MIG GPU, per GPU instance, and with job mapping per job on it.
     More than one under one shard label is the pair not deduplicated (a replica label kept):
     failed. One under each of two shard labels is a host that moved to another shard (a re-shard,
     or one pair becoming shards): the old shard's series stays in the view's lookback
     (``VIEW_LOOKBACK_S``) after its last sample, so pending; two shards scraping one host for
     longer is the shard rows' failure (deployer/monitoring/checks_shards.py)."""
-    comp, name, h = "global view", exp.view, (exp.headers if exp.view == "victoriametrics" else {})
+    comp, name = "global view", exp.view
     per_gpu, err = query(fetch, exp.view_url, per_gpu_query(exp.shard_label), h)
     if err is not None:
         return Check.of(comp, name, "every GPU once", False, err), err
@@ -453,7 +455,7 @@ def check_global_view(exp: StoreExpectation, fetch: Fetch) -> list[Check]:
     checks = [Check.of(comp, name, "answers", True, f"{exp.view_url}/api/v1/query")]
     if not exp.gpus:
         return checks
-    once, err = _every_gpu_once(exp, fetch)
+    once, err = _every_gpu_once(exp, fetch, h)
     checks.append(once)
     if err is not None:
         return checks
