@@ -331,12 +331,13 @@ def check(
         click.echo(
             json.dumps(
                 {
-                    "ok": not refused and not session.unreachable,
+                    "ok": not refused and not session.not_read(),
                     "refusals": [
                         {"host": r.host, "rule": r.rule, "message": r.message, "fix": r.fix}
                         for r in refused
                     ],
                     "unreachable": session.unreachable,
+                    "facts_unread": session.unread,
                     "not_judged": session.not_judged,
                     "notes": notes,
                 },
@@ -350,19 +351,21 @@ def check(
             click.echo(f"REFUSED {r}", err=True)
         for host, why in session.unreachable.items():
             click.echo(f"UNREACHABLE {host}: {why}", err=True)
+        for host, why in session.unread.items():
+            click.echo(f"FAILED {host}: its facts could not be read: {why}", err=True)
         for host in session.not_judged:
             click.echo(
                 f"NOT JUDGED {host}: no gpu_model in the inventory, and no facts read "
                 "(--offline, or unreachable): run check without --offline, or declare gpu_model",
                 err=True,
             )
-        if not refused and not session.unreachable:
+        if not refused and not session.not_read():
             judged = " judged" if session.not_judged else ""
             click.echo(f"compatible: every{judged} GPU host's plan passes the matrix")
     session.pool.close_all()
     if refused:
         sys.exit(EXIT_INPUT)
-    sys.exit(EXIT_FAILED if session.unreachable else EXIT_OK)
+    sys.exit(EXIT_FAILED if session.not_read() else EXIT_OK)
 
 
 @cli.command()
@@ -377,11 +380,15 @@ def facts(
     session, _, gathered = _facts_of(inventory, limit, extra_vars, forks)
     if output == "json":
         data = {h: f.to_json() for h, f in gathered.items()}
-        click.echo(json.dumps({"hosts": data, "unreachable": session.unreachable}, indent=2))
+        shown = {"hosts": data, "unreachable": session.unreachable, "facts_unread": session.unread}
+        click.echo(json.dumps(shown, indent=2))
     else:
         for host in session.hosts:
             if host in session.unreachable:
                 click.echo(f"{host}: UNREACHABLE {session.unreachable[host]}")
+                continue
+            if host in session.unread:
+                click.echo(f"{host}: FAILED its facts could not be read: {session.unread[host]}")
                 continue
             f = gathered[host]
             gpus = f"{len(f.gpus)}x {f.gpus[0].name}" if f.gpus else f"{f.nvidia_pci_gpus} on PCI"
@@ -392,7 +399,7 @@ def facts(
                 f"driver {driver}; dcgm={f.dcgm_version} exporter={f.exporter_version} "
                 f"nvswitch={f.nvswitch}{flag}"
             )
-    sys.exit(EXIT_FAILED if session.unreachable else EXIT_OK)
+    sys.exit(EXIT_FAILED if session.not_read() else EXIT_OK)
 
 
 def _facts_of(
@@ -712,6 +719,11 @@ def init(
         if host in session.unreachable:
             click.echo(f"{host}: UNREACHABLE {session.unreachable[host]}", err=True)
             continue
+        if host in session.unread:
+            click.echo(
+                f"{host}: FAILED its facts could not be read: {session.unread[host]}", err=True
+            )
+            continue
         f = init_inventory.finding(host, gathered[host], session.inventory.host(host).vars)
         shown = ", ".join(f"{k}={v}" for k, v in f.found.items())
         click.echo(f"{host}: {shown}" + "".join(f"; {p}" for p in f.problems))
@@ -733,7 +745,7 @@ def init(
             click.echo(f"{path} exists, not rewritten: add\n{text}", err=True)
     if not plan.files:
         click.echo("nothing to write: the inventory declares what the hosts show")
-    problems = session.unreachable or any(f.problems for f in findings) or plan.mismatches
+    problems = session.not_read() or any(f.problems for f in findings) or plan.mismatches
     sys.exit(EXIT_FAILED if problems else EXIT_OK)
 
 

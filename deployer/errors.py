@@ -57,5 +57,13 @@ class HostUnreachable(Exception):
         super().__init__(mask_text(str(message)))
 
 
+class FactsUnread(Exception):
+    """The host answered, but its facts script did not finish (sudo refused it, a fork failed):
+    the host fails, saying why; it is neither unreachable nor a host without an OS."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(mask_text(str(message)))
+
+
 class HostKeyRefused(HostUnreachable):
     """The host's SSH key is unknown or differs from known_hosts; never silently accepted."""

@@ -112,9 +112,11 @@ class Executor:
         plans: list[HostPlan],
         plays: tuple[Play, ...],
         unreachable: dict[str, str] | None = None,
+        unread: dict[str, str] | None = None,
     ) -> RunReport:
         """Converge ``plans``; hosts in ``unreachable`` (found so while gathering facts) are
-        reported unreachable without another attempt."""
+        reported unreachable without another attempt, those in ``unread`` (their facts script
+        did not finish) failed by a task ``facts`` saying why, before any of their tasks."""
         report = RunReport(check_mode=self.check)
         for plan in plans:
             hreport = report.host(plan.host)
@@ -126,6 +128,13 @@ class Executor:
                         plan.host, "", "connect", "", Status.UNREACHABLE, error=hreport.unreachable
                     )
                 )
+            elif unread and plan.host in unread:
+                hreport.failed = True
+                failed = TaskResult(
+                    plan.host, "", "facts", "", Status.FAILED, error=mask_text(unread[plan.host])
+                )
+                hreport.tasks.append(failed)
+                self.events.task_done(failed)
         try:
             for play in plays:
                 todo = [

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deployer.connection import CommandResult, Connection
+from deployer.errors import FactsUnread
 
 NVIDIA_PCI_VENDOR = "0x10de"
 # PCI class 0x0302 (3D controller) and 0x0300 (VGA) are GPUs; 0x0680 are NVSwitches.
@@ -272,5 +273,27 @@ def _derive_versions(f: HostFacts) -> None:
     f.reboot_required = len(seen) > 1 or f.nvml_mismatch
 
 
+def unfinished(result: CommandResult) -> str | None:
+    """Why ``result`` is not a whole read of FACTS_SCRIPT (a section it always prints is missing:
+    the script stopped early, or never ran), None when it is whole. Parsed anyway, a cut read is
+    a host without an OS or an architecture: a template error far from its cause."""
+    lines = set(result.stdout.splitlines())
+    missing = next((s for s in _SECTIONS if f"@@{s}" not in lines), None)
+    if missing is None:
+        return None
+    said = (result.stderr.strip().splitlines() or [""])[-1].strip()[:200]
+    return f"the facts script stopped before its {missing!r} section (exit {result.rc})" + (
+        f": {said}" if said else ""
+    )
+
+
 def gather(conn: Connection) -> HostFacts:
-    return parse_facts(conn.name, conn.run(FACTS_SCRIPT))
+    """The host's facts. A cut read is read once more (the script only reads; a fork that
+    failed under load may not fail again); cut twice, :class:`FactsUnread` says why."""
+    result = conn.run(FACTS_SCRIPT)
+    if unfinished(result) is not None:
+        result = conn.run(FACTS_SCRIPT)
+        why = unfinished(result)
+        if why is not None:
+            raise FactsUnread(why)
+    return parse_facts(conn.name, result)

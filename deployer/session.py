@@ -23,9 +23,9 @@ from typing import Any
 from deployer import inventory as inv
 from deployer import memory, owed
 from deployer.connection import CommandResult, ConnectionPool, SSHConnection, SSHTarget
-from deployer.errors import HostUnreachable, InputError
+from deployer.errors import FactsUnread, HostUnreachable, InputError
 from deployer.executor import DEFAULT_FORKS, Events, Executor, NoEvents
-from deployer.facts import FACTS_SCRIPT, HostFacts, gather, parse_facts
+from deployer.facts import FACTS_SCRIPT, HostFacts, gather, parse_facts, unfinished
 from deployer.gpu import driver_record, gpu_plan, preflight
 from deployer.hostpattern import NoHostsMatched, select, split_patterns
 from deployer.hostsession import Prefetched, first_read_scripts, run_then_read
@@ -75,6 +75,8 @@ def gather_with_reads(
 ) -> tuple[HostFacts, list[CommandResult | None]]:
     """The host's facts and the results of read-only ``scripts``, in one round trip."""
     result, out = run_then_read(conn, FACTS_SCRIPT, scripts)
+    if unfinished(result) is not None:  # read again alone; the reads after it are not trusted
+        return gather(conn), [None] * len(scripts)
     return parse_facts(conn.name, result), out
 
 
@@ -148,6 +150,9 @@ class DeploySession:
         # what upgrade-driver recorded on each GPU host (read with the facts; None: nothing)
         self.driver_records: dict[str, driver_record.DriverRecord | None] = {}
         self.unreachable: dict[str, str] = {}
+        # Hosts that answered but whose facts script did not finish (sudo refused it, say), with
+        # why: planned with stand-in facts, never converged, reported failed (facts.FactsUnread).
+        self.unread: dict[str, str] = {}
         # GPU hosts ``preflight(offline=True)`` could not judge (no gpu_model, no facts)
         self.not_judged: list[str] = []
         # Hosts of one rollout batch plan in parallel threads: one at a time through the planner.
@@ -321,7 +326,7 @@ class DeploySession:
 
         gpu = set(preflight.gpu_hosts(self.inventory, hosts))
 
-        def one(host: str) -> tuple[str, HostFacts | None, str | None]:
+        def one(host: str) -> tuple[str, HostFacts | None, str | None, str | None]:
             try:
                 conn = self.pool.get(host)
                 record = [driver_record.READ_COMMAND] if host in gpu else []
@@ -335,18 +340,28 @@ class DeploySession:
                         self.driver_records[host] = driver_record.parse(got.stdout)
                     if reads:
                         self.prefetched[host] = Prefetched(tuple(reads), tuple(out[len(record) :]))
-                return host, found, None
+                return host, found, None, None
             except HostUnreachable as exc:
-                return host, None, str(exc)
+                return host, None, str(exc), None
+            except FactsUnread as exc:
+                return host, None, None, str(exc)
 
         with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as ex:
-            for host, found, error in ex.map(one, hosts):
+            for host, found, error, unread in ex.map(one, hosts):
+                self.unreachable.pop(host, None)
+                self.unread.pop(host, None)
                 if found is not None:
                     self.facts[host] = found
-                    self.unreachable.pop(host, None)
+                elif unread is not None:
+                    self.unread[host] = unread
                 else:
                     self.unreachable[host] = error or "unreachable"
         return self.facts
+
+    def not_read(self) -> dict[str, str]:
+        """Hosts without facts from this session's last read of them, with why: unreachable or
+        their facts script unfinished (``unread``)."""
+        return {**self.unreachable, **self.unread}
 
     def sizing_hosts(self) -> list[str]:
         """GPU hosts outside the selection whose GPUs a selected Prometheus replica sizes its
@@ -362,6 +377,7 @@ class DeploySession:
             for h in preflight.gpu_hosts(self.inventory, list(self.inventory.hosts))
             if h not in self.facts
             and h not in self.unreachable
+            and h not in self.unread
             and self.inventory.host(h).vars.get("gpu_count") is None
         ]
 
@@ -374,7 +390,7 @@ class DeploySession:
             return
         self.gather_facts(hosts, forks)
         for h in hosts:
-            why = self.unreachable.pop(h, None)
+            why = self.unreachable.pop(h, None) or self.unread.pop(h, None)
             if why is not None:
                 print(
                     f"NOTE {h}: its facts could not be read ({why}): the replicas' remote_write "
@@ -424,7 +440,7 @@ class DeploySession:
             return []
         if not offline:
             self.gather_facts(
-                [h for h in gpu if h not in self.facts and h not in self.unreachable], forks
+                [h for h in gpu if h not in self.facts and h not in self.not_read()], forks
             )
         # Every GPU host's variables and plan: alive together, all freed when the judging ends,
         # before the collector comes back (bench/README.md, "Planning").
@@ -506,7 +522,9 @@ class DeploySession:
                 owed_dir=self.owed_dir,
             )
             with reporter:
-                report = executor.run(self.plans, self.plays, unreachable=self.unreachable)
+                report = executor.run(
+                    self.plans, self.plays, unreachable=self.unreachable, unread=self.unread
+                )
             reporter.recap(report)
             if json_output:
                 write_json(report, sys.stdout)
@@ -542,10 +560,8 @@ class DeploySession:
         loaded: their facts read again (a step before may have changed them), their plans made
         from those, run on the kept connections. No preflight: the caller judged the plan."""
         hosts = list(hosts)
-        for h in hosts:
-            self.unreachable.pop(h, None)
         self.gather_facts(hosts, forks)
-        reachable = [h for h in hosts if h not in self.unreachable]
+        reachable = [h for h in hosts if h not in self.not_read()]
         plans = self.plan_hosts(reachable, plays, self.facts, overrides)
         # The rollout's next step (a reboot, validation) uses the same connection: kept open
         # (closing it cost each host two more SSH handshakes per upgrade).
@@ -557,10 +573,11 @@ class DeploySession:
             keep_connections=True,
         )
         unreachable = {h: self.unreachable[h] for h in hosts if h in self.unreachable}
+        unread = {h: self.unread[h] for h in hosts if h in self.unread}
         planned = {p.host for p in plans}
-        # An unreachable host is reported as such (a plan of no task stands in for it).
-        plans += [HostPlan(h) for h in unreachable if h not in planned]
-        return executor.run(plans, tuple(plays), unreachable=unreachable)
+        # An unreachable or unread host is reported as such (a plan of no task stands in for it).
+        plans += [HostPlan(h) for h in {**unreachable, **unread} if h not in planned]
+        return executor.run(plans, tuple(plays), unreachable=unreachable, unread=unread)
 
     def inventory_view(self, host: str | None) -> dict[str, Any]:
         if host is not None and host not in self.inventory.hosts:

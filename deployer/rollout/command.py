@@ -266,7 +266,8 @@ def upgrade_driver(
         if record is None:
             record = _new_record(req, options, pre, hook, opener)
         for h, why in pre.unreachable.items():
-            print(f"UNREACHABLE {h}: {why} (counted out of service, not upgraded)", file=err)
+            said = "FAILED (its facts could not be read)" if h in session.unread else "UNREACHABLE"
+            print(f"{said} {h}: {why} (counted out of service, not upgraded)", file=err)
         if req.check:
             plan = _plan(record, pre, hook, tier)
             if req.output == "json":

@@ -61,7 +61,7 @@ class Preflight:
     session: DeploySession
     hosts: dict[str, HostTarget]
     refusals: list[rules.Refusal]
-    unreachable: dict[str, str]
+    unreachable: dict[str, str]  # hosts without facts, with why (session.not_read)
 
 
 def observed(f: HostFacts) -> verify.ObservedVersions:
@@ -149,7 +149,7 @@ def run_preflight(session: DeploySession, to: str) -> Preflight:
     hosts: dict[str, HostTarget] = {}
     plans = []
     for h in session.hosts:
-        if h in session.unreachable:
+        if h in session.not_read():
             continue
         f = session.facts[h]
         variables = session.host_variables(h)
@@ -181,4 +181,4 @@ def run_preflight(session: DeploySession, to: str) -> Preflight:
             mismatches=mismatches,
             inventory_driver=driver_record.inventory_driver(session.host_variables(h)),
         )
-    return Preflight(target, session, hosts, refusals, dict(session.unreachable))
+    return Preflight(target, session, hosts, refusals, session.not_read())

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from deployer.errors import FactsUnread
 from deployer.facts import gather
 from deployer.gpu import dcgmi, verify
 from deployer.hostaccess import HostAccess
@@ -63,12 +64,15 @@ def validate(
         why = f"{hostops.HEALTH_WATCH} failed (exit {watch.rc}, {name}): {output}"
         _check(checks, "dcgmi health watches set", why)
 
-    facts = gather(host.connection())
-    mismatches = verify.verify(target.resolved, observed(facts))
+    try:
+        facts = gather(host.connection())
+        versions = "; ".join(m.message for m in verify.verify(target.resolved, observed(facts)))
+    except FactsUnread as exc:  # a failed check, not a rollout stopped by an exception
+        versions = f"its facts could not be read: {exc}"
     _check(
         checks,
         "versions as planned",
-        "; ".join(m.message for m in mismatches) or None,
+        versions or None,
         f"driver {want}, DCGM {target.resolved.dcgm_version} "
         f"({', '.join(target.resolved.dcgm_packages)}), exporter {target.resolved.exporter_tag}",
     )

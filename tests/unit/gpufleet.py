@@ -15,7 +15,7 @@ import pytest
 
 from deployer import session as session_module
 from deployer.connection import ScriptedConnection
-from deployer.errors import HostKeyRefused
+from deployer.errors import FactsUnread, HostKeyRefused
 from deployer.facts import GPU, HostFacts
 from deployer.gpu import driver_record
 from deployer.session import DeploySession
@@ -70,6 +70,7 @@ class FakeFleet:
     facts: dict[str, HostFacts] = field(default_factory=dict)
     files: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> path -> content
     refused: set[str] = field(default_factory=set)
+    unread: dict[str, str] = field(default_factory=dict)  # host -> why its facts script stopped
     conns: dict[str, ScriptedConnection] = field(default_factory=dict)
 
     def connection(self, host: str) -> ScriptedConnection:
@@ -87,12 +88,16 @@ class FakeFleet:
             return self.connection(host)
 
         def gather(conn: ScriptedConnection) -> HostFacts:
+            if conn.name in self.unread:
+                raise FactsUnread(self.unread[conn.name])
             return self.facts[conn.name]
 
         def gather_with_reads(conn: ScriptedConnection, scripts: list[str]) -> tuple:
             # The facts the test set and the upgrade record as the host holds it; the first
             # play's reads not taken (None, as when a host's output is cut: the executor then
             # reads them itself), so a test sees the commands a host runs as before.
+            if conn.name in self.unread:
+                raise FactsUnread(self.unread[conn.name])
             return self.facts[conn.name], [
                 conn.run(s) if s == driver_record.READ_COMMAND else None for s in scripts
             ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from deployer.connection import CommandResult, LocalConnection
-from deployer.facts import FACTS_SCRIPT, gather, parse_facts
+from deployer.errors import FactsUnread
+from deployer.facts import FACTS_SCRIPT, gather, parse_facts, unfinished
 
 OS = """@@os
 id=debian
@@ -212,3 +213,58 @@ def test_dpkg_query_runs_when_the_status_file_cannot_be_read(tmp_path):
     """Never a fact lost to an unusual dpkg layout: without a readable status file, ask dpkg."""
     pkgs, ran = _script_with_stand_in_dpkg_query(tmp_path, None)
     assert ran and pkgs.startswith("nvidia-driver\t")
+
+
+class _Answers:
+    """A connection answering the facts script with each of ``outputs`` in turn."""
+
+    name = "gpu01"
+
+    def __init__(self, *outputs: CommandResult) -> None:
+        self.outputs = list(outputs)
+        self.calls = 0
+
+    def run(self, command: str, **_: object) -> CommandResult:
+        self.calls += 1
+        return self.outputs.pop(0)
+
+
+def _whole() -> CommandResult:
+    return LocalConnection().run(FACTS_SCRIPT)
+
+
+def _cut(after: str = "@@os") -> CommandResult:
+    whole = _whole().stdout
+    return CommandResult(FACTS_SCRIPT, 1, whole[: whole.index("\n", whole.index(after)) + 1],
+                         "bash: fork: retry: Resource temporarily unavailable\n")  # fmt: skip
+
+
+SUDO_REFUSED = CommandResult(FACTS_SCRIPT, 1, "", "sudo: a password is required\n")
+
+
+def test_a_whole_read_of_the_script_is_finished_and_a_cut_one_says_where_it_stopped():
+    assert unfinished(_whole()) is None
+    why = unfinished(_cut())
+    assert why is not None and "before its 'pci' section (exit 1)" in why
+    assert why.endswith("Resource temporarily unavailable")
+    assert unfinished(SUDO_REFUSED) == (
+        "the facts script stopped before its 'os' section (exit 1): sudo: a password is required"
+    )
+
+
+def test_a_cut_facts_read_is_read_once_more():
+    conn = _Answers(_cut(), _whole())
+    facts = gather(conn)  # type: ignore[arg-type]
+    assert conn.calls == 2 and facts.arch and facts.os_id
+
+
+def test_a_facts_read_cut_twice_fails_the_host_saying_why():
+    # not a host with no architecture, refused later by a template far from the cause
+    conn = _Answers(_cut(), _cut("@@pkgs"))
+    with pytest.raises(FactsUnread, match=r"^the facts script stopped before its 'nvswitch'"):
+        gather(conn)  # type: ignore[arg-type]
+
+
+def test_sudo_refusing_the_facts_script_fails_the_host_naming_sudo():
+    with pytest.raises(FactsUnread, match="sudo: a password is required"):
+        gather(_Answers(SUDO_REFUSED, SUDO_REFUSED))  # type: ignore[arg-type]

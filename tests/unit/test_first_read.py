@@ -135,3 +135,53 @@ def test_converging_hosts_twice_on_a_session_reuses_its_connections(tmp_path):
         session.converge_hosts(list(HOSTS), session.plays)
     assert sorted(ClosingConnection.opened) == sorted(HOSTS)
     assert not any(c.closed for c in session.pool._conns.values())
+
+
+def test_a_cut_facts_read_is_read_again_alone_and_the_reads_after_it_are_not_trusted():
+    from deployer.session import gather_with_reads
+
+    class Cut(LocalConnection):
+        """The first command stops after the facts' first section (a fork failure, say)."""
+
+        calls = 0
+
+        def run(self, command: str, **kw: Any) -> CommandResult:
+            Cut.calls += 1
+            got = super().run(command, **kw)
+            if Cut.calls == 1:
+                head = got.stdout[: got.stdout.index("@@pci")]
+                return CommandResult(command, 1, head, "fork: retry\n")
+            return got
+
+    facts, reads = gather_with_reads(Cut("gpu01"), ["echo one", "echo two"])
+    assert Cut.calls == 2 and facts.arch and reads == [None, None]
+
+
+class SudoRefused(LocalConnection):
+    """A host whose sudo refuses every command (no rule in sudoers for the user)."""
+
+    def run(self, command: str, **kw: Any) -> CommandResult:
+        return CommandResult(command, 1, "", "sudo: a password is required\n")
+
+
+def test_a_host_whose_facts_cannot_be_read_fails_alone_and_the_others_converge(tmp_path):
+    # It is not unreachable (it answered), and not a host without an OS whose plan fails on a
+    # template far from the cause and stops the whole run: it fails, with what the host said.
+    session = _session(tmp_path, {})
+    session.pool = ConnectionPool(lambda h: SudoRefused(h) if h == "h2" else LocalConnection(h))
+    report = session.converge(check=False, diff=False)
+    assert not report.ok
+    h2 = report.hosts["h2"]
+    assert h2.failed and not h2.unreachable
+    assert [(t.task, t.status.value) for t in h2.tasks] == [("facts", "failed")]
+    assert "sudo: a password is required" in (h2.tasks[0].error or "")
+    assert report.hosts["h1"].counts()["changed"] > 0 and not report.hosts["h1"].failed
+    assert session.unread == {"h2": h2.tasks[0].error} and not session.unreachable
+
+
+def test_converging_hosts_again_reports_a_host_whose_facts_cannot_be_read_failed(tmp_path):
+    session = _session(tmp_path, {})
+    session.pool = ConnectionPool(lambda h: SudoRefused(h) if h == "h2" else LocalConnection(h))
+    report = session.converge_hosts(list(HOSTS), session.plays)
+    assert report.hosts["h2"].failed and report.hosts["h2"].tasks[0].task == "facts"
+    assert not report.hosts["h1"].failed

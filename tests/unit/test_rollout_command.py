@@ -124,3 +124,35 @@ def test_upgrade_driver_loads_inventory_site_and_roles_once_whatever_the_fleet_s
     assert three["site"] == thirty["site"] == 1
     assert three["roles"] == thirty["roles"]  # each role of the site once
     assert three["roles"] == len({r for p in load_site(DEFAULT_SITE) for r in p.roles})
+
+
+SUDO = "the facts script stopped before its 'os' section (exit 1): sudo: a password is required"
+
+
+def test_check_exits_1_naming_a_host_whose_facts_script_did_not_finish(
+    tmp_path, monkeypatch, state_dir
+):
+    inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}, "g2": {"gpu_model": "H100"}})
+    FakeFleet(facts={"g1": gpu_facts("g1")}, unread={"g2": SUDO}).install(monkeypatch)
+    result = upgrade(inv, "--to", "580", "--check")
+    assert result.exit_code == 1, result.output
+    assert f"FAILED (its facts could not be read) g2: {SUDO}" in result.output
+    assert "UNREACHABLE" not in result.output
+
+
+def test_the_matrix_check_and_facts_fail_a_host_whose_facts_could_not_be_read(
+    tmp_path, monkeypatch
+):
+    inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}, "g2": {"gpu_model": "H100"}})
+    FakeFleet(facts={"g1": gpu_facts("g1")}, unread={"g2": SUDO}).install(monkeypatch)
+    check = CliRunner().invoke(
+        cli, ["check", "-i", str(inv), "--out-of-service", "--output", "json"]
+    )
+    assert check.exit_code == 1, check.output
+    shown = json.loads(check.output)
+    assert not shown["ok"] and shown["facts_unread"] == {"g2": SUDO}
+    assert shown["unreachable"] == {}
+    facts = CliRunner().invoke(cli, ["facts", "-i", str(inv)])
+    assert facts.exit_code == 1, facts.output
+    assert f"g2: FAILED its facts could not be read: {SUDO}" in facts.output
+    assert "g1: " in facts.output
