@@ -127,7 +127,11 @@ def _own_shard(variables: Mapping[str, Any], hosts: list[str]) -> list[str]:
     replica_shards, by = shards.layout(variables)
     tier = tuple(shards.replicas(variables))
     if shard in (None, ""):
-        handoff.previous(variables, handoff.Layout(handoff.UNSHARDED, by, tier))
+        # One pair's replica records the tier's layout. The whole tier of a sharded one (a
+        # global replica's view, capacity's) is every host, and records nothing: as one pair it
+        # overwrote the shards' layout in the same record, and no re-shard handed over.
+        if not replica_shards:
+            handoff.previous(variables, handoff.Layout(handoff.UNSHARDED, by, tier))
         return hosts
     now = shards.members_of_shard(variables, hosts, str(shard))
     names = tuple(sorted(set(replica_shards.values())))

@@ -125,12 +125,25 @@ def previous(variables: Mapping[str, Any], wanted: Layout) -> Layout | None:
     path = record_path(variables)
     interval = longest_interval_s(variables)
     with _LOCK:
+        other = _WANTED.get(path)
+        if other is not None and (other != wanted or other.replicas != wanted.replicas):
+            raise InputError(
+                f"host {variables.get('inventory_hostname', '?')}: two Prometheus tiers record "
+                f"their shard layout in {path} ({_said(other)}; {_said(wanted)}): give each "
+                "tier its own",
+                key=RECORD_VAR,
+            )
         if path not in _READ:
             _READ[path] = _read(path)
         _WANTED[path] = wanted
         _INTERVAL_S[path] = max(_INTERVAL_S.get(path, 0.0), interval)
         recorded = _READ[path]
     return recorded if recorded is not None and recorded != wanted else None
+
+
+def _said(layout: Layout) -> str:
+    kind = "one pair" if layout.names == UNSHARDED else f"shards {', '.join(layout.names)}"
+    return f"{kind} of {', '.join(layout.replicas) or 'no replica'}"
 
 
 def longest_interval_s(variables: Mapping[str, Any]) -> float:

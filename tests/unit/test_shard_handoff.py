@@ -21,7 +21,7 @@ GPUS = [f"gpu{i:02d}" for i in range(1, 25)]
 LOAD = DeploySession.load  # the real one: the up tests below stand a fake in for it
 
 
-def inventory(shards: dict[str, str], by: str = "host") -> str:
+def inventory(shards: dict[str, str], by: str = "host", global_pair: bool = False) -> str:
     hosts = "\n".join(
         f"    {g}: {{ansible_host: 192.0.2.{10 + i}, rack: r{i % 3}}}" for i, g in enumerate(GPUS)
     )
@@ -30,10 +30,14 @@ def inventory(shards: dict[str, str], by: str = "host") -> str:
         + (f", prometheus_shard: {s}}}" if s else "}")
         for i, (r, s) in enumerate(shards.items())
     )
+    tier = "gpumon_global_tier: both, " if global_pair else ""
+    mons = "    mon01: {ansible_host: 203.0.113.1}\n    mon02: {ansible_host: 203.0.113.2}\n"
     return (
-        f"all:\n  vars: {{cluster: c1, prometheus_shard_by: {by}}}\n  hosts:\n{hosts}\n{replicas}\n"
+        f"all:\n  vars: {{{tier}cluster: c1, prometheus_shard_by: {by}}}\n  hosts:\n{hosts}\n"
+        f"{replicas}\n{mons if global_pair else ''}"
         "  children:\n"
-        f"    gpu: {{hosts: {{{', '.join(f'{g}: {{}}' for g in GPUS)}}}}}\n"
+        + ("    prometheus_global: {hosts: {mon01: {}, mon02: {}}}\n" if global_pair else "")
+        + f"    gpu: {{hosts: {{{', '.join(f'{g}: {{}}' for g in GPUS)}}}}}\n"
         f"    prometheus: {{hosts: {{{', '.join(f'{r}: {{}}' for r in shards)}}}}}\n"
     )
 
@@ -41,6 +45,14 @@ def inventory(shards: dict[str, str], by: str = "host") -> str:
 PLAYS = """
 - name: Prometheus
   hosts: prometheus
+  serial: 1
+  roles: [prometheus]
+"""
+
+# The federation tier's pair, planned after the shards as in site.yml
+GLOBAL_PLAY = """
+- name: Prometheus global pair
+  hosts: prometheus_global
   serial: 1
   roles: [prometheus]
 """
@@ -58,11 +70,13 @@ def _records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     handoff.forget()
 
 
-def dcgm_hosts(tmp_path: Path, shards: dict[str, str], by: str = "host") -> dict[str, set[str]]:
+def dcgm_hosts(
+    tmp_path: Path, shards: dict[str, str], by: str = "host", global_pair: bool = False
+) -> dict[str, set[str]]:
     """replica -> the GPU hosts its dcgm file_sd lists, as one planning pass renders them."""
     handoff.forget()
-    (tmp_path / "inventory.yml").write_text(inventory(shards, by))
-    (tmp_path / "site.yml").write_text(PLAYS)
+    (tmp_path / "inventory.yml").write_text(inventory(shards, by, global_pair))
+    (tmp_path / "site.yml").write_text(PLAYS + (GLOBAL_PLAY if global_pair else ""))
     session = LOAD(RunOptions(inventory=tmp_path / "inventory.yml", site=tmp_path / "site.yml"))
     out = {}
     for plan in session.plans:
@@ -74,9 +88,11 @@ def dcgm_hosts(tmp_path: Path, shards: dict[str, str], by: str = "host") -> dict
     return out
 
 
-def converged(tmp_path: Path, shards: dict[str, str], by: str = "host") -> dict[str, set[str]]:
+def converged(
+    tmp_path: Path, shards: dict[str, str], by: str = "host", global_pair: bool = False
+) -> dict[str, set[str]]:
     """One whole, clean pass: what it rendered, then its layout recorded."""
-    got = dcgm_hosts(tmp_path, shards, by)
+    got = dcgm_hosts(tmp_path, shards, by, global_pair)
     handoff.settle()
     return got
 
@@ -163,6 +179,43 @@ def test_a_record_without_replicas_has_every_replica_keep_every_host_for_one_pas
     assert all(hosts == set(GPUS) for hosts in during.values())
     handoff.settle()
     assert json.loads(record.read_text())["replicas"] == list(TWO)
+
+
+def test_with_a_global_pair_from_one_pair_to_shards_still_hands_over_and_records_the_shards(
+    tmp_path,
+):
+    # The global pair sees the whole tier (every host, one pair's view): it recorded that view
+    # in the shards' record, planned after them, so no re-shard handed over and the record
+    # never held the shards.
+    converged(tmp_path, ONE_PAIR, global_pair=True)
+    during = dcgm_hosts(tmp_path, TWO, global_pair=True)
+    assert handoff.handing_over()
+    assert during["prom01"] == during["prom02"] == set(GPUS) != during["prom03"]
+    handoff.settle()
+    record = json.loads(next((tmp_path / "records").iterdir()).read_text())
+    assert record["shards"] == ["a", "b"] and record["replicas"] == list(TWO)
+    after = dcgm_hosts(tmp_path, TWO, global_pair=True)
+    assert handoff.handing_over() == [] and after["prom01"] != set(GPUS)
+
+
+def test_with_a_global_pair_a_new_shard_is_handed_over(tmp_path):
+    before = converged(tmp_path, TWO, global_pair=True)
+    during = dcgm_hosts(tmp_path, THREE, global_pair=True)
+    assert handoff.handing_over()
+    assert during["prom01"] == before["prom01"] and during["prom03"] == before["prom03"]
+
+
+def test_two_tiers_given_one_record_are_refused_naming_it(tmp_path):
+    given = tmp_path / "one-record.json"
+    east = {"inventory_hostname": "prom01", handoff.RECORD_VAR: str(given)}
+    handoff.previous(east, handoff.Layout(("a", "b"), "host", ("prom01", "prom02")))
+    west = {"inventory_hostname": "prom07", handoff.RECORD_VAR: str(given)}
+    with pytest.raises(InputError) as refused:
+        handoff.previous(west, handoff.Layout(handoff.UNSHARDED, "host", ("prom07", "prom08")))
+    assert refused.value.key == handoff.RECORD_VAR
+    assert str(given) in str(refused.value) and "two Prometheus tiers" in str(refused.value)
+    assert "shards a, b of prom01, prom02; one pair of prom07, prom08" in str(refused.value)
+    assert not given.exists()
 
 
 def test_an_unreadable_record_is_refused_naming_it(tmp_path):
