@@ -17,6 +17,7 @@ import shlex
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -486,7 +487,7 @@ class SSHConnection:
             if stdin is not None:
                 chan.sendall(stdin)
             chan.shutdown_write()
-            out, err = _drain(chan)
+            out, err = _drain(chan, timeout or DEFAULT_COMMAND_TIMEOUT)
             rc = chan.recv_exit_status()
             chan.close()
             if rc == -1:
@@ -519,29 +520,54 @@ def _tune_socket(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, DEAD_PEER_TIMEOUT_S * 1000)
 
 
-def _drain(chan: paramiko.Channel) -> tuple[bytes, bytes]:
-    """Read stdout and stderr until the command ends, without either pipe filling up."""
+#: How often a wait for output also looks at stderr and the exit status.
+POLL_S = 0.05
+#: After the exit status, how long the rest of the output may take to arrive. OpenSSH's sshd sends
+#: the exit status as soon as the command exits, and what is still in the command's pipes after
+#: it (session.c, session_exit_message: "we must not call 'chan_read_failed', since there could
+#: be some more data waiting in the pipe"): the output is whole at the channel's EOF, not at the
+#: exit status. A process the command left running with its output open
+#: holds the EOF back: it is waited for this long after the exit status and the last byte.
+EOF_AFTER_EXIT_S = 5.0
+
+
+def _drain(chan: paramiko.Channel, idle_timeout_s: float) -> tuple[bytes, bytes]:
+    """Read stdout and stderr until the channel's EOF, without either pipe filling up. Read up to
+    the exit status only, a command's last 64 KiB and more were lost now and then with exit 0
+    (a facts read without its architecture, a dcgmi diag without its results). ``idle_timeout_s``:
+    a command that prints nothing for that long, not yet exited, times out."""
     out: list[bytes] = []
     err: list[bytes] = []
+    chan.settimeout(POLL_S)
+    last = time.monotonic()
+    exited_at: float | None = None
     while True:
         got = False
-        if chan.recv_ready():
-            out.append(chan.recv(65536))
-            got = True
-        if chan.recv_stderr_ready():
+        while chan.recv_stderr_ready():
             err.append(chan.recv_stderr(65536))
             got = True
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+        try:
+            data: bytes | None = chan.recv(65536)
+        except TimeoutError:
+            data = None
+        if data == b"":  # EOF (or the channel closed): every byte of stdout is in
+            while chan.recv_stderr_ready():
+                err.append(chan.recv_stderr(65536))
             break
-        if not got:
-            # Blocks until data arrives (or the channel timeout fires).
-            data = chan.recv(65536)
-            if data:
-                out.append(data)
-            elif chan.exit_status_ready() or chan.closed:
-                while chan.recv_stderr_ready():
-                    err.append(chan.recv_stderr(65536))
+        now = time.monotonic()
+        if data:
+            out.append(data)
+            got = True
+        if got:
+            last = now
+            continue
+        if exited_at is None and chan.exit_status_ready():
+            exited_at = now
+        if exited_at is not None:
+            if now - max(last, exited_at) >= EOF_AFTER_EXIT_S:
                 break
+        elif now - last >= idle_timeout_s:
+            raise TimeoutError("timed out")
     return b"".join(out), b"".join(err)
 
 

@@ -250,3 +250,18 @@ def test_become_without_sudo_rights_fails_the_host_clearly(lab):
     assert rc == 1
     failed = [t for t in report["hosts"]["mon01"]["tasks"] if t["status"] == "failed"]
     assert failed and "sudo" in (failed[0]["error"] or "")
+
+
+def test_every_byte_of_a_commands_output_arrives_from_the_hosts_sshd(lab):
+    # OpenSSH sends the exit status when the command exits and what is left in its pipe after;
+    # read up to the exit status, 7 of 120 such reads lost their tail with exit 0 on this lab.
+    from deployer.session import DeploySession, RunOptions
+
+    session = DeploySession.load(RunOptions(inventory=lab.inventory_path))
+    conn = session.open_connection("gpu01")
+    try:
+        for size in (100_000, 1_000_000) * 20:
+            got = conn.run(f"head -c {size} /dev/zero | tr '\\0' x; echo; echo END")
+            assert got.rc == 0 and len(got.stdout) == size + 5 and got.stdout.endswith("\nEND\n")
+    finally:
+        conn.close()
