@@ -271,14 +271,16 @@ def up(
         handed_over = handoff.handing_over()
         wait_s = handoff.hand_over_wait_s()
         if settled and handed_over and not check_mode:
-            print(f"NOTE re-shard: every replica scrapes both layouts' hosts; waiting {wait_s:.0f}s "
-                  "(the longest scrape interval) before the old owners let go", file=sys.stderr)  # fmt: skip
+            print("NOTE re-shard: each replica scrapes its new hosts and keeps those it had; "
+                  f"waiting {wait_s:.0f}s (the longest scrape interval) before the old owners let "
+                  "go", file=sys.stderr)  # fmt: skip
             time.sleep(wait_s)
         if settled:
             handoff.settle()
         elif handed_over:
-            print("NOTE re-shard: the shards' replicas scrape both layouts' hosts until an up of "
-                  "every host (no --limit, --tags or --check) fails nowhere", file=sys.stderr)  # fmt: skip
+            print("NOTE re-shard: the replicas keep the hosts they had beside their new ones "
+                  "until an up of every host (no --limit, --tags or --check) fails nowhere",
+                  file=sys.stderr)  # fmt: skip
         under_way = [d for d in rotation.directories() if rotation.step_of(d) != rotation.SETTLED]
         if not settled:
             for d in under_way:
