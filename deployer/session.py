@@ -30,7 +30,6 @@ from deployer.gpu import driver_record, gpu_plan, preflight
 from deployer.hostpattern import NoHostsMatched, select, split_patterns
 from deployer.hostsession import Prefetched, first_read_scripts, run_then_read
 from deployer.inventory.model import LayeredVars
-from deployer.monitoring import handoff
 from deployer.plan import EMPTY, HostPlan, Planner
 from deployer.report import ConsoleReporter, write_json
 from deployer.results import RunReport
@@ -222,9 +221,6 @@ class DeploySession:
 
     def _load_content(self) -> Planner:
         if self.planner is None:
-            # A session plans one pass: what an earlier one saw of the tiers' shard layouts is
-            # not this one's (deployer/monitoring/handoff.py).
-            handoff.forget()
             site = self.options.site or DEFAULT_SITE
             self.site_plays = load_site(site)
             wanted = self._play_filter or (lambda play: True)

@@ -78,6 +78,9 @@ _READ: dict[Path, Layout | None] = {}
 _WANTED: dict[Path, Layout] = {}
 #: record path -> the longest scrape interval of the replicas planned with it, in seconds
 _INTERVAL_S: dict[Path, float] = {}
+#: record path -> the inventory's ``groups`` its wanted layout was planned from: one planning of
+#: one inventory wants one layout per record, two layouts there are two tiers on one record
+_SEEN_IN: dict[Path, Any] = {}
 #: after the longest interval, a little more: the replica's file watch and its scrape's jitter
 MARGIN_S = 5.0
 
@@ -126,6 +129,12 @@ def previous(variables: Mapping[str, Any], wanted: Layout) -> Layout | None:
     interval = longest_interval_s(variables)
     with _LOCK:
         other = _WANTED.get(path)
+        if other is not None and _SEEN_IN.get(path) is not variables.get("groups"):
+            # another inventory's planning (a pass not settled or forgotten): not this one's
+            _READ.pop(path, None)
+            _INTERVAL_S.pop(path, None)
+            other = None
+        _SEEN_IN[path] = variables.get("groups")
         if other is not None and (other != wanted or other.replicas != wanted.replicas):
             raise InputError(
                 f"host {variables.get('inventory_hostname', '?')}: two Prometheus tiers record "
@@ -193,6 +202,7 @@ def settle() -> list[Path]:
         _READ.clear()
         _WANTED.clear()
         _INTERVAL_S.clear()
+        _SEEN_IN.clear()
     return changed
 
 
@@ -202,3 +212,4 @@ def forget() -> None:
         _READ.clear()
         _WANTED.clear()
         _INTERVAL_S.clear()
+        _SEEN_IN.clear()

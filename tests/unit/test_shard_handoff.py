@@ -207,9 +207,10 @@ def test_with_a_global_pair_a_new_shard_is_handed_over(tmp_path):
 
 def test_two_tiers_given_one_record_are_refused_naming_it(tmp_path):
     given = tmp_path / "one-record.json"
-    east = {"inventory_hostname": "prom01", handoff.RECORD_VAR: str(given)}
+    groups = {"prometheus": ["prom01", "prom02"], "prometheus_west": ["prom07", "prom08"]}
+    east = {"inventory_hostname": "prom01", "groups": groups, handoff.RECORD_VAR: str(given)}
     handoff.previous(east, handoff.Layout(("a", "b"), "host", ("prom01", "prom02")))
-    west = {"inventory_hostname": "prom07", handoff.RECORD_VAR: str(given)}
+    west = {"inventory_hostname": "prom07", "groups": groups, handoff.RECORD_VAR: str(given)}
     with pytest.raises(InputError) as refused:
         handoff.previous(west, handoff.Layout(handoff.UNSHARDED, "host", ("prom07", "prom08")))
     assert refused.value.key == handoff.RECORD_VAR
@@ -276,3 +277,13 @@ def test_a_failed_or_limited_up_keeps_handing_over(tmp_path, monkeypatch):
     run_up(monkeypatch, tmp_path, THREE, "--limit", "prom01")
     assert len(FakeSession.passes) == 1 and SLEPT == []
     assert FakeSession.passes[0]["prom01"] == before["prom01"]  # still both layouts' hosts
+
+
+def test_planning_another_inventory_in_the_same_process_is_a_pass_of_its_own(tmp_path):
+    # what one inventory's planning saw of the record is not a second tier of the next one
+    given = tmp_path / "one-record.json"
+    first = {"inventory_hostname": "prom01", "groups": {}, handoff.RECORD_VAR: str(given)}
+    handoff.previous(first, handoff.Layout(("a", "b"), "host", ("prom01", "prom02")))
+    again = {"inventory_hostname": "prom01", "groups": {}, handoff.RECORD_VAR: str(given)}
+    handoff.previous(again, handoff.Layout(handoff.UNSHARDED, "host", ("prom01", "prom02")))
+    assert handoff.handing_over() == []
