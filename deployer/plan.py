@@ -163,7 +163,9 @@ class Planner:
         )
         # Membership sets: a host's group_names by list search cost O(hosts) per host.
         self._group_sets = {name: set(hosts) for name, hosts in self._groups.items()}
-        self._hostvars: list[tuple[dict[str, Any], Mapping[str, Any], LazyHostVars]] = []
+        self._hostvars: list[
+            tuple[dict[str, Any], Mapping[str, Any], dict[str, Any], LazyHostVars]
+        ] = []
 
     def role(self, name: str) -> Role:
         if name not in self._roles:
@@ -227,12 +229,13 @@ class Planner:
         them, and what is computed from every host's (a sharded tier's shard assignment, the
         targets' labels: deployer/monitoring/) is computed once, not once per replica. A host's
         entry renders in its own scope, whoever reads it. The last few kept (the objects, so
-        their ids are not reused)."""
-        for d, o, found in self._hostvars:
-            if d is defaults and o is overrides:
+        their ids are not reused), with what the overrides held: changed in place since, they
+        make a new one."""
+        for d, o, held, found in self._hostvars:
+            if d is defaults and o is overrides and held == overrides:
                 return found
         made = LazyHostVars(self.inventory, defaults, self.renderer, overrides)
-        self._hostvars.insert(0, (defaults, overrides, made))
+        self._hostvars.insert(0, (defaults, overrides, dict(overrides), made))
         del self._hostvars[4:]
         return made
 

@@ -245,3 +245,16 @@ def test_planning_every_replica_assigns_each_host_and_reads_its_variables_once(
     planner = session.planner
     one, other = (planner.host_vars(h, session.plays[0]) for h in ("prom01", "prom03"))
     assert one["hostvars"] is other["hostvars"]
+
+
+def test_overrides_changed_in_place_make_a_new_hostvars(tmp_path):
+    # one hostvars per (role defaults, overrides): kept by identity, it must not outlive a
+    # change made to the same overrides dict
+    session = planned(tmp_path, SHARDED_INVENTORY)
+    overrides = {"cluster": "east"}
+    before = session.planner.host_vars("prom01", session.plays[0], overrides=overrides)
+    assert before["hostvars"]["gpu01"]["cluster"] == "east"
+    overrides["cluster"] = "west"
+    after = session.planner.host_vars("prom01", session.plays[0], overrides=overrides)
+    assert after["hostvars"] is not before["hostvars"]
+    assert after["hostvars"]["gpu01"]["cluster"] == "west"
