@@ -526,16 +526,16 @@ POLL_S = 0.05
 #: the exit status as soon as the command exits, and what is still in the command's pipes after
 #: it (session.c, session_exit_message: "we must not call 'chan_read_failed', since there could
 #: be some more data waiting in the pipe"): the output is whole at the channel's EOF, not at the
-#: exit status. A process the command left running with its output open
-#: holds the EOF back: it is waited for this long after the exit status and the last byte.
+#: exit status. A process the command left running with its output open holds the EOF back: it
+#: is waited for this long after the exit status and the last byte.
 EOF_AFTER_EXIT_S = 5.0
 
 
 def _drain(chan: paramiko.Channel, idle_timeout_s: float) -> tuple[bytes, bytes]:
     """Read stdout and stderr until the channel's EOF, without either pipe filling up. Read up to
-    the exit status only, a command's last 64 KiB and more were lost now and then with exit 0
-    (a facts read without its architecture, a dcgmi diag without its results). ``idle_timeout_s``:
-    a command that prints nothing for that long, not yet exited, times out."""
+    the exit status only, the tail of an output was lost now and then with exit 0 (a facts read
+    without its architecture, a dcgmi diag without its results). ``idle_timeout_s``: a command
+    that prints nothing for that long, not yet exited, times out."""
     out: list[bytes] = []
     err: list[bytes] = []
     chan.settimeout(POLL_S)
