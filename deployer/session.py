@@ -439,9 +439,8 @@ class DeploySession:
         if not gpu:
             return []
         if not offline:
-            self.gather_facts(
-                [h for h in gpu if h not in self.facts and h not in self.not_read()], forks
-            )
+            not_read = self.not_read()
+            self.gather_facts([h for h in gpu if h not in self.facts and h not in not_read], forks)
         # Every GPU host's variables and plan: alive together, all freed when the judging ends,
         # before the collector comes back (bench/README.md, "Planning").
         with memory.collector_paused():
@@ -561,7 +560,8 @@ class DeploySession:
         from those, run on the kept connections. No preflight: the caller judged the plan."""
         hosts = list(hosts)
         self.gather_facts(hosts, forks)
-        reachable = [h for h in hosts if h not in self.not_read()]
+        not_read = self.not_read()
+        reachable = [h for h in hosts if h not in not_read]
         plans = self.plan_hosts(reachable, plays, self.facts, overrides)
         # The rollout's next step (a reboot, validation) uses the same connection: kept open
         # (closing it cost each host two more SSH handshakes per upgrade).

@@ -148,8 +148,9 @@ def run_preflight(session: DeploySession, to: str) -> Preflight:
     session.gather_facts(list(session.hosts))
     hosts: dict[str, HostTarget] = {}
     plans = []
+    not_read = session.not_read()
     for h in session.hosts:
-        if h in session.not_read():
+        if h in not_read:
             continue
         f = session.facts[h]
         variables = session.host_variables(h)
@@ -181,4 +182,4 @@ def run_preflight(session: DeploySession, to: str) -> Preflight:
             mismatches=mismatches,
             inventory_driver=driver_record.inventory_driver(session.host_variables(h)),
         )
-    return Preflight(target, session, hosts, refusals, session.not_read())
+    return Preflight(target, session, hosts, refusals, not_read)
