@@ -1,8 +1,10 @@
 """Two Prometheus shards of two replicas on a lab of their own (topologies/sharded.yml): the
 product splits the GPU and node targets between the pairs in each pair's file_sd.
 
-- ``up`` on an inventory whose replicas set ``prometheus_shard`` (a, a, b, b), then ``status``:
-  green, with the rows proving every target is scraped by exactly one shard, by both replicas;
+- ``up`` of one pair (prom01, prom02), then of the inventory whose replicas set
+  ``prometheus_shard`` (a, a, b, b): while it hands over, the pair keeps every host and the new
+  pair (prom03, prom04) takes only its own shard's; then ``status``: green, with the rows proving
+  every target is scraped by exactly one shard, by both replicas;
 - each replica's active targets: the two shards' dcgm/node targets are disjoint and together
   every host; both replicas of a shard scrape the same; each replica's external labels carry its
   shard;
@@ -26,6 +28,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import subprocess
 import threading
 import time
 import urllib.parse
@@ -41,7 +44,7 @@ from deployer.lab.lab import for_lab_name
 from deployer.lab.topology import load_topology
 from deployer.monitoring.http import http_fetch
 from deployer.monitoring.remote_write import seconds
-from tests.integration.labtools import run_cli, wait_until
+from tests.integration.labtools import CLI, run_cli, wait_until
 
 pytestmark = pytest.mark.lab
 
@@ -69,17 +72,25 @@ def slab(request: pytest.FixtureRequest) -> Iterator[Lab]:
         lab.down()
 
 
-def sharded_inventory(lab: Lab, where: Path) -> Path:
-    """The lab's inventory with each replica's shard (its group_vars beside it, as the lab's)."""
+def sharded_inventory(lab: Lab, where: Path, *, one_pair: bool = False) -> Path:
+    """The lab's inventory with each replica's shard (its group_vars beside it, as the lab's),
+    the tier's layout recorded beside it. ``one_pair``: prom01 and prom02 the tier's only
+    replicas, no shards (``one-pair.yml``)."""
     data = yaml.safe_load(lab.inventory_path.read_text())
-    for host, shard in SHARD_OF.items():
-        data["all"]["hosts"][host]["prometheus_shard"] = shard
-    data["all"].setdefault("vars", {})["gpumon_global_tier"] = "both"
+    tier = data["all"]["children"]["monitoring"]["children"]["prometheus"]
+    if one_pair:
+        tier["hosts"] = {h: {} for h in PAIR}
+    else:
+        for host, shard in SHARD_OF.items():
+            data["all"]["hosts"][host]["prometheus_shard"] = shard
+    settings = data["all"].setdefault("vars", {})
+    settings["gpumon_global_tier"] = "both"
+    settings["prometheus_shard_record"] = str(where / "shard-layout.json")
     where.mkdir(parents=True, exist_ok=True)
     link = where / "group_vars"
     if not link.exists():
         link.symlink_to(lab.inventory_path.parent / "group_vars")
-    path = where / "inventory.yml"
+    path = where / ("one-pair.yml" if one_pair else "inventory.yml")
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -89,10 +100,56 @@ def inventory(slab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return sharded_inventory(slab, tmp_path_factory.mktemp("sharded"))
 
 
+PAIR = ("prom01", "prom02")
+#: "during"/"after" -> replica -> the GPU hosts in its dcgm targets file: while the first sharded
+#: ``up`` waited between its passes, and once it finished
+HAND_OVER: dict[str, dict[str, set[str]]] = {}
+#: what the sharded ``up`` said of the re-shard
+NOTES: list[str] = []
+
+
+def dcgm_file(lab: Lab, replica: str) -> set[str]:
+    got = lab.ssh(replica, "cat /etc/prometheus/file_sd/dcgm.json")
+    assert got.returncode == 0, got.stderr
+    return {group["labels"]["node"] for group in json.loads(got.stdout)}
+
+
 @pytest.fixture(scope="module")
-def deployed(inventory: Path) -> None:
-    proc = run_cli("up", "-i", str(inventory), timeout=1500)
+def deployed(slab: Lab, inventory: Path) -> None:
+    """One pair first (prom01, prom02), then the two shards: the sharded ``up`` hands over from
+    the pair, and the replicas' targets files are read while it waits between its passes."""
+    one = sharded_inventory(slab, inventory.parent, one_pair=True)
+    proc = run_cli("up", "-i", str(one), timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    up = subprocess.Popen([*CLI, "up", "-i", str(inventory)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)  # fmt: skip
+    said: list[str] = []
+    failed: list[BaseException] = []
+
+    def read_while_waiting() -> None:
+        assert up.stderr is not None
+        for line in up.stderr:
+            said.append(line)
+            if line.startswith("NOTE re-shard") and "waiting" in line:
+                try:
+                    HAND_OVER["during"] = {r: dcgm_file(slab, r) for r in SHARD_OF}
+                except BaseException as exc:  # kept for the test's message, not lost in the thread
+                    failed.append(exc)
+
+    # stderr is this thread's alone: communicate() would read it too, and a line it took (the
+    # NOTE) never reached the reader, which read as "handed nothing over" (a CI run of 3d629a6)
+    reader = threading.Thread(target=read_while_waiting)
+    reader.start()
+    try:
+        assert up.stdout is not None
+        out = up.stdout.read()
+        up.wait(timeout=1500)
+    finally:
+        reader.join()
+    assert up.returncode == 0, out[-3000:] + "".join(said)[-3000:]
+    assert not failed, f"reading the targets files during the hand-over: {failed[0]!r}"
+    NOTES[:] = [line.strip() for line in said if line.startswith("NOTE re-shard")]
+    HAND_OVER["after"] = {r: dcgm_file(slab, r) for r in SHARD_OF}
 
 
 def replicas(lab: Lab) -> dict[str, str]:
@@ -128,19 +185,40 @@ def shard_split(lab: Lab) -> dict[str, dict[str, set[str]]]:
     return out
 
 
+def test_from_one_pair_the_pair_keeps_every_host_until_the_new_pair_scrapes_its_own(
+    slab: Lab, deployed: None
+):
+    # the new replicas scraped nothing before: their own shard's hosts only, not the pair's load
+    assert "during" in HAND_OVER, f"the sharded up handed nothing over from the pair: {NOTES}"
+    during, after = HAND_OVER["during"], HAND_OVER["after"]
+    gpus = {h.name for h in slab.hosts if "gpu" in h.groups}
+    assert during["prom01"] == during["prom02"] == gpus
+    assert during["prom03"] == during["prom04"] == after["prom03"] != gpus
+    assert after["prom01"] == after["prom02"] == gpus - after["prom03"]
+
+
 def test_status_is_green_and_proves_every_target_is_in_exactly_one_shard(
     slab: Lab, inventory: Path, deployed: None
 ):
+    # The pair's GPU series changed their shard label with the re-shard (none -> a or b): the
+    # store returns the old ones for its lookback (store.VIEW_LOOKBACK_S after the pair's reload),
+    # and its every-GPU-once row is pending, naming them, until then; every other row turns green.
     proc = run_cli("status", "-i", str(inventory), "--output", "json", "--wait", "300", timeout=420)
     data = json.loads(proc.stdout)
     rows = [c for c in data["checks"] if c["check"].startswith("every target scraped by exactly")]
-    assert proc.returncode == 0, [c for c in data["checks"] if not c["ok"]]
+    lookback = [c for c in data["pending"]
+                if c["component"] == "global view" and c["check"] == "every GPU once"]  # fmt: skip
+    assert not data["failed"] and data["pending"] == lookback, data["failed"] + data["pending"]
+    assert proc.returncode == (3 if lookback else 0)
+    for c in lookback:
+        assert "under two shard labels" in c["detail"] and "('', '" in c["detail"], c
     assert {r["check"] for r in rows} == {
         f"every target scraped by exactly one shard (job {j})" for j in SHARDED_JOBS
     }
     assert all(r["ok"] for r in rows), rows
     # the global view (the store both shards write to) returns each GPU once across the shards
-    once = [c for c in data["checks"] if c["check"] == "every GPU once"]
+    # (once the old shard label's series aged out: above), and so do the global pair's records
+    once = [c for c in data["checks"] if c["check"] == "every GPU once" and c not in lookback]
     assert once and all(c["ok"] for c in once), once
     # the global pair is checked too, as a pair of its own: each replica federates all four
     # shard replicas and loads the global rules
