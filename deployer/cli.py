@@ -386,11 +386,8 @@ def facts(
         click.echo(json.dumps(shown, indent=2))
     else:
         for host in session.hosts:
-            if host in session.unreachable:
-                click.echo(f"{host}: UNREACHABLE {session.unreachable[host]}")
-                continue
-            if host in session.unread:
-                click.echo(f"{host}: FAILED its facts could not be read: {session.unread[host]}")
+            if (why := _not_read_line(session, host)) is not None:
+                click.echo(why)
                 continue
             f = gathered[host]
             gpus = f"{len(f.gpus)}x {f.gpus[0].name}" if f.gpus else f"{f.nvidia_pci_gpus} on PCI"
@@ -402,6 +399,15 @@ def facts(
                 f"nvswitch={f.nvswitch}{flag}"
             )
     sys.exit(EXIT_FAILED if session.not_read() else EXIT_OK)
+
+
+def _not_read_line(session: DeploySession, host: str) -> str | None:
+    """``host``'s line when this session has no facts of it (``facts``, ``init``), else None."""
+    if host in session.unreachable:
+        return f"{host}: UNREACHABLE {session.unreachable[host]}"
+    if host in session.unread:
+        return f"{host}: FAILED its facts could not be read: {session.unread[host]}"
+    return None
 
 
 def _facts_of(
@@ -718,13 +724,8 @@ def init(
     session, gpu, gathered = _facts_of(inventory, limit, extra_vars, forks, gpu_hosts)
     findings = []
     for host in gpu:
-        if host in session.unreachable:
-            click.echo(f"{host}: UNREACHABLE {session.unreachable[host]}", err=True)
-            continue
-        if host in session.unread:
-            click.echo(
-                f"{host}: FAILED its facts could not be read: {session.unread[host]}", err=True
-            )
+        if (why := _not_read_line(session, host)) is not None:
+            click.echo(why, err=True)
             continue
         f = init_inventory.finding(host, gathered[host], session.inventory.host(host).vars)
         shown = ", ".join(f"{k}={v}" for k, v in f.found.items())

@@ -372,12 +372,12 @@ class DeploySession:
         } & {p.host for p in self.plans}
         if not replicas:
             return []
+        not_read = self.not_read()
         return [
             h
             for h in preflight.gpu_hosts(self.inventory, list(self.inventory.hosts))
             if h not in self.facts
-            and h not in self.unreachable
-            and h not in self.unread
+            and h not in not_read
             and self.inventory.host(h).vars.get("gpu_count") is None
         ]
 
