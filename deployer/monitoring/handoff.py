@@ -71,16 +71,24 @@ class Layout:
         return self.names == UNSHARDED and (not self.replicas or replica in self.replicas)
 
 
+@dataclass
+class _Seen:
+    """What this planning pass saw of one record."""
+
+    read: Layout | None  # the layout read from it (None: no record)
+    wanted: Layout  # the layout the inventory asks for now
+    interval_s: float  # the longest scrape interval of the replicas planned with it
+    # The inventory's ``groups`` it was planned from: one planning of one inventory wants one
+    # layout per record, two layouts there are two tiers on one record.
+    groups: Any
+
+    def handing_over(self) -> bool:
+        return self.read not in (None, self.wanted)
+
+
 _LOCK = threading.Lock()
-#: record path -> the layout read from it (None: no record), for this planning pass
-_READ: dict[Path, Layout | None] = {}
-#: record path -> the layout the inventory asks for now, seen while planning this pass
-_WANTED: dict[Path, Layout] = {}
-#: record path -> the longest scrape interval of the replicas planned with it, in seconds
-_INTERVAL_S: dict[Path, float] = {}
-#: record path -> the inventory's ``groups`` its wanted layout was planned from: one planning of
-#: one inventory wants one layout per record, two layouts there are two tiers on one record
-_SEEN_IN: dict[Path, Any] = {}
+#: record path -> what this planning pass saw of it
+_SEEN: dict[Path, _Seen] = {}
 #: after the longest interval, a little more: the replica's file watch and its scrape's jitter
 MARGIN_S = 5.0
 
@@ -127,26 +135,23 @@ def previous(variables: Mapping[str, Any], wanted: Layout) -> Layout | None:
     None. Remembers ``wanted`` for :func:`settle`."""
     path = record_path(variables)
     interval = longest_interval_s(variables)
+    groups = variables.get("groups")
     with _LOCK:
-        other = _WANTED.get(path)
-        if other is not None and _SEEN_IN.get(path) is not variables.get("groups"):
-            # another inventory's planning (a pass not settled or forgotten): not this one's
-            _READ.pop(path, None)
-            _INTERVAL_S.pop(path, None)
-            other = None
-        _SEEN_IN[path] = variables.get("groups")
-        if other is not None and (other != wanted or other.replicas != wanted.replicas):
+        seen = _SEEN.get(path)
+        if seen is None or seen.groups is not groups:
+            # the first replica, or another inventory's planning (a pass not settled or
+            # forgotten): not this one's
+            seen = _SEEN[path] = _Seen(_read(path), wanted, interval, groups)
+        elif seen.wanted != wanted or seen.wanted.replicas != wanted.replicas:
             raise InputError(
                 f"host {variables.get('inventory_hostname', '?')}: two Prometheus tiers record "
-                f"their shard layout in {path} ({_said(other)}; {_said(wanted)}): give each "
-                "tier its own",
+                f"their shard layout in {path} ({_said(seen.wanted)}; {_said(wanted)}): give "
+                "each tier its own",
                 key=RECORD_VAR,
             )
-        if path not in _READ:
-            _READ[path] = _read(path)
-        _WANTED[path] = wanted
-        _INTERVAL_S[path] = max(_INTERVAL_S.get(path, 0.0), interval)
-        recorded = _READ[path]
+        else:
+            seen.interval_s = max(seen.interval_s, interval)
+        recorded = seen.read
     return recorded if recorded is not None and recorded != wanted else None
 
 
@@ -174,15 +179,14 @@ def hand_over_wait_s() -> float:
     let go: one longest scrape interval (each new owner has scraped each host it takes) and a
     margin."""
     with _LOCK:
-        longest = max((_INTERVAL_S.get(p, 0.0) for p, w in _WANTED.items()
-                       if _READ.get(p) not in (None, w)), default=0.0)  # fmt: skip
+        longest = max((s.interval_s for s in _SEEN.values() if s.handing_over()), default=0.0)
     return longest + MARGIN_S if longest else 0.0
 
 
 def handing_over() -> list[Path]:
     """The records whose layout this pass handed over from (a second pass must settle them)."""
     with _LOCK:
-        return [p for p, want in _WANTED.items() if _READ.get(p) not in (None, want)]
+        return [p for p, s in _SEEN.items() if s.handing_over()]
 
 
 def settle() -> list[Path]:
@@ -190,8 +194,8 @@ def settle() -> list[Path]:
     that changed. Written by rename (never half-written), 0644 in a 0700 directory."""
     changed = []
     with _LOCK:
-        for path, want in _WANTED.items():
-            read = _READ.get(path)
+        for path, seen in _SEEN.items():
+            read, want = seen.read, seen.wanted
             if read == want and read is not None and read.replicas == want.replicas:
                 continue
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -199,17 +203,11 @@ def settle() -> list[Path]:
             staged.write_text(json.dumps(want.as_json(), indent=1) + "\n")
             staged.replace(path)
             changed.append(path)
-        _READ.clear()
-        _WANTED.clear()
-        _INTERVAL_S.clear()
-        _SEEN_IN.clear()
+        _SEEN.clear()
     return changed
 
 
 def forget() -> None:
     """Drop what this process read and saw (the next pass plans from the records anew)."""
     with _LOCK:
-        _READ.clear()
-        _WANTED.clear()
-        _INTERVAL_S.clear()
-        _SEEN_IN.clear()
+        _SEEN.clear()
