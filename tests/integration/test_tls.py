@@ -168,6 +168,18 @@ def served_serial(address: str, port: int, ca_pem: str) -> int:
     return x509.load_der_x509_certificate(der).serial_number
 
 
+def exporter_tls_log(lab: Lab) -> dict[str, list[str]]:
+    """Per GPU host, the exporter's last journal lines about TLS and its errors (what a scrape
+    that failed at TLS left there), and its restarts: what a failure message needs to name the
+    cause."""
+    out = {}
+    for host in hosts_in(lab, "gpu"):
+        r = lab.ssh(host.name, "journalctl -u dcgm-exporter -o short-precise --no-pager"
+                    " | grep -e TLS -e level=ERROR -e Started -e Stopp | tail -n 12")  # fmt: skip
+        out[host.name] = r.stdout.splitlines() or [r.stderr.strip()]
+    return out
+
+
 def main_pids(lab: Lab) -> dict[str, str]:
     units = {"gpu": ["dcgm-exporter", "node_exporter"], "prometheus": ["prometheus"],
              "alertmanager": ["alertmanager"]}  # fmt: skip
@@ -184,9 +196,11 @@ def main_pids(lab: Lab) -> dict[str, str]:
 # ---------------------------------------------------------------- the tests
 
 
-def test_every_target_is_up_on_both_replicas_over_https(tlab, deployed):
-    want = expected_targets(tlab)
-    for host, url in replicas(tlab).items():
+def every_target_up(lab: Lab) -> None:
+    """Waits until both replicas scrape every target and each is up (a target not scraped yet
+    is "unknown"): where the tests that watch for a target down start from."""
+    want = expected_targets(lab)
+    for host, url in replicas(lab).items():
         last: list[Any] = []
 
         def all_up(url: str = url, last: list[Any] = last) -> bool:
@@ -198,6 +212,11 @@ def test_every_target_is_up_on_both_replicas_over_https(tlab, deployed):
             wait_until(f"every target up on {host}", all_up, 180, every=5)
         except pytest.fail.Exception:
             pytest.fail(f"{host}: {last[0]} targets (want {want}), not up: {last[1]}")
+
+
+def test_every_target_is_up_on_both_replicas_over_https(tlab, deployed):
+    every_target_up(tlab)
+    for url in replicas(tlab).values():
         data, err = api_data(http_fetch, f"{url}/api/v1/targets?state=active")
         assert err is None
         assert {t["scrapeUrl"].split(":")[0] for t in data["activeTargets"]} >= {"https"}
@@ -257,6 +276,7 @@ def test_a_second_up_changes_nothing(tlab, deployed, tls_vars, env, outputs):
 def test_a_renewal_of_every_certificate_restarts_nothing_and_leaves_no_gap(
     tlab, deployed, tls_vars, env, outputs
 ):
+    every_target_up(tlab)  # from a settled tier, whichever test ran before
     before_pids = main_pids(tlab)
     prom = hosts_in(tlab, "prometheus")[0]
     gpu = hosts_in(tlab, "gpu")[0]
@@ -310,7 +330,7 @@ class ScrapeWatch:
                 use_tls(in_force(self.secrets_dir, self.cas))
                 for host, url in replicas(self.lab).items():
                     _, bad = targets_down(url)
-                    self.gaps.extend(f"{host}: {d}" for d in bad)
+                    self.gaps.extend(f"{time.strftime('%H:%M:%S')} {host}: {d}" for d in bad)
                     down |= {f"{host} {d.split()[0]}" for d in bad}
             except (AssertionError, OSError, ValueError) as exc:
                 self.gaps.append(f"the watch itself: {exc}")
@@ -373,6 +393,7 @@ def in_force(secrets_dir: Path, cas: str = "") -> ClientTLS:
 def test_a_password_rotation_while_scraping_leaves_no_target_down(
     tlab, deployed, tls_vars, env, outputs, secrets_dir, passwords
 ):
+    every_target_up(tlab)  # from a settled tier, whichever test ran before
     before_pids = main_pids(tlab)
     old = in_force(secrets_dir)
     new_password = "rotated-" + os.urandom(12).hex()
@@ -410,6 +431,7 @@ def test_a_password_rotation_while_scraping_leaves_no_target_down(
 def test_a_recreated_ca_while_scraping_leaves_no_target_down(
     tlab, deployed, tls_vars, env, outputs, secrets_dir
 ):
+    every_target_up(tlab)  # from a settled tier, whichever test ran before
     before_pids = main_pids(tlab)
     d = secrets_dir / "ca"
     old_ca = (d / "ca.crt").read_text()
@@ -425,7 +447,7 @@ def test_a_recreated_ca_while_scraping_leaves_no_target_down(
     longest = watch.longest_down()
     print(f"CA rotation: {len(watch.rounds)} watch rounds, longest down {longest}")
     assert {k: v for k, v in longest.items() if ":9093/" not in k} == {}, (
-        len(watch.rounds), sorted(set(watch.gaps))[:20])  # fmt: skip
+        len(watch.rounds), sorted(set(watch.gaps))[:20], exporter_tls_log(tlab))  # fmt: skip
     assert {k: v for k, v in longest.items() if v > 18} == {}
     after = main_pids(tlab)
     assert {k: v for k, v in after.items() if not k.endswith("/alertmanager")} == {

@@ -165,3 +165,39 @@ def test_one_file_holding_the_key_and_the_certificate_serves(tmp_path: Path, deb
     port = free_port()
     with Daemon(root, exporter_argv(port), port):
         assert get(f"https://127.0.0.1:{port}/metrics", authority.cert_pem) == 200
+
+
+def test_a_failed_handshake_or_tls_config_is_logged_naming_the_client(tmp_path: Path, debs) -> None:
+    """What the exporter's journal shows when a scrape fails at TLS: Go's net/http logs each
+    failed handshake ("http: TLS handshake error from <client>: ..."; plain HTTP to the TLS port
+    it answers with a 400 and does not log), and a certificate that cannot be loaded for a
+    connection is logged before that connection is dropped."""
+    root = tmp_path / "root"
+    unpack(pick(debs, *PACKAGES), root)
+    prepare_root(root, hardware_for("H100", 1, "gpu01", True))
+    authority = ca.ensure_ca(tmp_path / "ca")
+    issued = ca.issue_host(
+        authority, tmp_path / "ca", "gpu01", ["127.0.0.1"], days=30, renew_days=5
+    )
+    server_pem = root / "etc/dcgm-exporter/server.pem"
+    server_pem.write_text(issued.key_pem + issued.cert_pem)
+    web = {"tls_server_config": {"cert_file": "/etc/dcgm-exporter/server.pem",
+                                 "key_file": "/etc/dcgm-exporter/server.pem"}}  # fmt: skip
+    (root / "etc/dcgm-exporter/web-config.yml").write_text(json.dumps(web))
+    foreign = ca.ensure_ca(tmp_path / "foreign")
+    other = ca.issue_host(foreign, tmp_path / "foreign", "gpu01", ["127.0.0.1"], days=30,
+                          renew_days=5)  # fmt: skip
+    port = free_port()
+    url = f"https://127.0.0.1:{port}/metrics"
+    with Daemon(root, exporter_argv(port), port) as daemon:
+        with pytest.raises(urllib.error.URLError):
+            get(url, foreign.cert_pem)  # the client refuses the exporter's certificate
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        server_pem.write_text(issued.key_pem + other.cert_pem)  # a key and another's certificate
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            get(url, authority.cert_pem)
+    handshakes = [ln for ln in daemon.stderr.splitlines() if "http: TLS handshake error" in ln]
+    assert any("from 127.0.0.1:" in ln and "unknown ca" in ln for ln in handshakes), daemon.stderr
+    assert not any("http request" in ln for ln in handshakes), "plain HTTP is answered, not logged"
+    assert "TLS configuration error" in daemon.stderr and "KEY_VALUES_MISMATCH" in daemon.stderr

@@ -54,6 +54,7 @@ class Daemon:
     def __init__(self, root: Path, argv: list[str], port: int, timeout: float = 10) -> None:
         self.root, self.argv, self.port, self.timeout = root, argv, port, timeout
         self.proc: subprocess.Popen | None = None
+        self.stderr = ""
 
     def __enter__(self) -> Daemon:
         exe = self.root / self.argv[0].lstrip("/")
@@ -81,6 +82,8 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
         if self.proc:
+            if self.proc.stderr:
+                self.stderr = self.proc.stderr.read()  # what it logged, once it has ended
             for stream in (self.proc.stdout, self.proc.stderr):
                 if stream:
                     stream.close()

@@ -764,7 +764,14 @@ def main(argv: list) -> int:
             return sock, addr
 
         def handle_error(self, request, client_address) -> None:
-            pass  # a failed handshake or a client gone: Go's server logs at debug level only
+            # Go's net/http logs a failed handshake, a client gone mid-handshake included
+            # (server.go conn.serve: "http: TLS handshake error from %s: %v"), except plain
+            # HTTP to the TLS port (answered "400 Bad Request", not logged); other errors of a
+            # connection (a client gone mid-response) it does not log
+            exc = sys.exc_info()[1]
+            if isinstance(exc, webconfig.ssl.SSLError) and exc.reason != "HTTP_REQUEST":
+                addr = f"{client_address[0]}:{client_address[1]}"
+                log("ERROR", f"http: TLS handshake error from {addr}: {exc}")
 
     try:
         server = Server((host, port), Handler)
