@@ -76,33 +76,36 @@ class _Labels:
         return got
 
 
-def members(variables: Mapping[str, Any], group_names: Sequence[str]) -> list[str]:
-    """Hosts of the named inventory groups, in inventory order, each once."""
+def members(variables: Mapping[str, Any], group_names: Sequence[str]) -> tuple[str, ...]:
+    """Hosts of the named inventory groups, in inventory order, each once (a tuple: the same
+    object to every caller until the groups change, never a copy)."""
     groups = variables["groups"]
     names = tuple(group_names)
     sizes = tuple(len(groups.get(g, ())) for g in names)
     for g, n, z, got in _MEMBERS:
         if g is groups and n == names and z == sizes:
-            return list(got)
-    got = _unique(chain.from_iterable(groups.get(g, ()) for g in names))
+            return got
+    got = tuple(dict.fromkeys(chain.from_iterable(groups.get(g, ()) for g in names)))
     _MEMBERS.insert(0, (groups, names, sizes, got))
     del _MEMBERS[8:]
-    return list(got)
+    return got
 
 
 # The last members computed, with the groups object they came from (kept, so its id is not
 # reused) and the groups' sizes: every shard's file_sd of a job asks for the same members
 # (100,000 hosts, once per shard and job: what made every shard's file_sd grow with hosts x shards).
-_MEMBERS: list[tuple[Any, tuple[str, ...], tuple[int, ...], list[str]]] = []
+# Handed out as they are (tuples): a copy per shard and job was 100,000 references each time, and
+# the shard partition (shards.py) knows a host list it has partitioned by its identity.
+_MEMBERS: list[tuple[Any, tuple[str, ...], tuple[int, ...], tuple[str, ...]]] = []
 
 
-def every_gpu_host(variables: Mapping[str, Any]) -> list[str]:
+def every_gpu_host(variables: Mapping[str, Any]) -> Sequence[str]:
     """The GPU hosts of the whole tier, whichever shard scrapes them (``job_members`` of
     ``dcgm`` is the replica's own shard's)."""
     return members(variables, [variables["prometheus_gpu_group"]])
 
 
-def job_members(variables: Mapping[str, Any], job: str) -> list[str]:
+def job_members(variables: Mapping[str, Any], job: str) -> Sequence[str]:
     """Which inventory hosts ``job`` scrapes (the sidecar job only when the sidecar is on)."""
     if job == "dcgm":
         return _own_shard(variables, every_gpu_host(variables))
@@ -119,7 +122,7 @@ def job_members(variables: Mapping[str, Any], job: str) -> list[str]:
     raise KeyError(f"no scrape job {job!r}; jobs: {', '.join(JOBS)}")
 
 
-def _own_shard(variables: Mapping[str, Any], hosts: list[str]) -> list[str]:
+def _own_shard(variables: Mapping[str, Any], hosts: Sequence[str]) -> Sequence[str]:
     """The hosts of a GPU/node job this replica's shard scrapes (all of them when the tier is
     not sharded: deployer/monitoring/shards.py), and while a re-shard hands over
     (deployer/monitoring/handoff.py) also those its shard scraped in the recorded layout."""
@@ -147,7 +150,7 @@ def _own_shard(variables: Mapping[str, Any], hosts: list[str]) -> list[str]:
     return [h for h in hosts if h in keep]
 
 
-def job_hosts(variables: Mapping[str, Any]) -> dict[str, list[str]]:
+def job_hosts(variables: Mapping[str, Any]) -> dict[str, Sequence[str]]:
     """Which inventory hosts each job scrapes."""
     return {job: job_members(variables, job) for job in JOBS}
 

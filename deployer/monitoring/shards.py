@@ -142,9 +142,9 @@ def _cached_partition(
     hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]], names: tuple[str, ...], by: str
 ) -> dict[str, list[str]]:
     """shard -> its hosts, in the order of ``hosts``."""
-    key = tuple(hosts)
+    key = tuple(hosts)  # the same object when hosts is a tuple (file_sd.members hands out one)
     for hv, n, b, k, got in _MEMO:
-        if hv is hostvars and n == names and b == by and k == key:
+        if hv is hostvars and n == names and b == by and (k is key or k == key):
             return got
     with collector_paused():
         of_host = _assigned(key, hostvars, names, by)

@@ -68,7 +68,9 @@ def test_a_jobs_members_follow_a_group_that_changed_since_the_last_call():
     before = file_sd.members(v, ["gpu", "prometheus"])
     v["groups"]["gpu"].append("gpu-new")
     after = file_sd.members(v, ["gpu", "prometheus"])
-    assert after == [*before[: len(v["groups"]["gpu"]) - 1], "gpu-new", *v["groups"]["prometheus"]]
+    assert after == (*before[: len(v["groups"]["gpu"]) - 1], "gpu-new", *v["groups"]["prometheus"])
+    # handed out as they are, never a copy: nobody can change what the next caller gets
+    assert file_sd.members(v, ["gpu", "prometheus"]) is after and isinstance(after, tuple)
 
 
 def test_hosts_are_balanced_across_shards():
