@@ -523,18 +523,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.capacity_shards is not None:
         got = recommend_shards(args.capacity_shards, workdir)
         print(f"  {got['why']}: {got['recommended_shards']} shards", file=sys.stderr)
-        proc = subprocess.run(
-            [sys.executable, "-m", "bench.planning", "--capacity-shards",
-             str(args.capacity_shards), "--shards", str(got["recommended_shards"]),
-             "--workdir", str(workdir)],
-            cwd=REPO, capture_output=True, text=True, timeout=args.timeout, check=False,
-        )  # fmt: skip
-        if proc.returncode != 0:
-            print(proc.stderr.strip()[-2000:], file=sys.stderr)
-            return 1
-        got.update(json.loads(proc.stdout))
+        # Twice, each a process of its own: the first plans as on a new controller, the second
+        # as every run after it, with the assignment the first remembered
+        # (deployer/monitoring/shard_memo.py, in this run's record directory).
+        runs = []
+        for _ in ("first", "next"):
+            proc = subprocess.run(
+                [sys.executable, "-m", "bench.planning", "--capacity-shards",
+                 str(args.capacity_shards), "--shards", str(got["recommended_shards"]),
+                 "--workdir", str(workdir)],
+                cwd=REPO, capture_output=True, text=True, timeout=args.timeout, check=False,
+            )  # fmt: skip
+            if proc.returncode != 0:
+                print(proc.stderr.strip()[-2000:], file=sys.stderr)
+                return 1
+            runs.append(json.loads(proc.stdout))
+        got.update(runs[0])
+        got["next_run"] = runs[1]
         print(json.dumps(got, indent=1))
-        print(capacity_verdict(got), file=sys.stderr)
+        print("first run: " + capacity_verdict(got), file=sys.stderr)
+        print("next run, the assignment remembered: " + capacity_verdict(runs[1]), file=sys.stderr)
         return 0
     if args.one is not None:
         print(json.dumps(measure_one(args.one, workdir, args.layout)))

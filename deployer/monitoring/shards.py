@@ -1,4 +1,5 @@
-"""Which Prometheus shard (HA pair) scrapes which host (pure: no I/O).
+"""Which Prometheus shard (HA pair) scrapes which host (pure: no I/O, but for the assignment of
+a large tier remembered between runs, deployer/monitoring/shard_memo.py).
 
 The inventory shape: every replica in the ``prometheus`` group sets ``prometheus_shard`` (the
 usual way: one child group of ``prometheus`` per pair, ``prometheus_shard`` in its group vars).
@@ -108,13 +109,21 @@ def host_shards(
     hostvars: Mapping[str, Mapping[str, Any]],
     shards: Sequence[str],
     by: str = "host",
+    remembered: bool = False,
 ) -> dict[str, str]:
-    """Each host's shard (hosts keyed by name, or by rack with ``by='rack'``)."""
+    """Each host's shard (hosts keyed by name, or by rack with ``by='rack'``). ``remembered``:
+    a large assignment is kept on the controller between runs (the one I/O here, in
+    deployer/monitoring/shard_memo.py); the same shards either way."""
     if by == "host":  # the name alone: no host's variables resolved
         keys = {h: f"host:{h}" for h in hosts}
     else:
         keys = {h: shard_key(h, hostvars[h], by) for h in hosts}
-    of_key = assign(keys.values(), shards)
+    if remembered:
+        from deployer.monitoring import shard_memo
+
+        of_key = shard_memo.assign(list(keys.values()), shards)
+    else:
+        of_key = assign(keys.values(), shards)
     return {h: of_key[k] for h, k in keys.items()}
 
 
@@ -171,7 +180,7 @@ def _assigned(
         del _ASSIGNED[_MEMO_SIZE:]
     new = [h for h in hosts if h not in known]
     if new:
-        known.update(host_shards(new, hostvars, names, by))
+        known.update(host_shards(new, hostvars, names, by, remembered=True))
     return known
 
 
