@@ -149,8 +149,9 @@ def test_an_unknown_field_in_the_web_config_stops_the_exporter(tmp_path: Path, d
     assert "tls_server_confg" in result.stderr
 
 
-def test_one_file_holding_the_key_and_the_certificate_serves(tmp_path: Path, debs) -> None:
-    """What gpumon_tls writes: cert_file and key_file are the same file (server.pem)."""
+def one_file_host(tmp_path: Path, debs) -> tuple[Path, ca.Authority, ca.Issued]:
+    """A simulated GPU host whose web config names one file, server.pem, as cert_file and
+    key_file (what gpumon_tls writes), holding a key and certificate of a new CA."""
     root = tmp_path / "root"
     unpack(pick(debs, *PACKAGES), root)
     prepare_root(root, hardware_for("H100", 1, "gpu01", True))
@@ -162,6 +163,12 @@ def test_one_file_holding_the_key_and_the_certificate_serves(tmp_path: Path, deb
     web = {"tls_server_config": {"cert_file": "/etc/dcgm-exporter/server.pem",
                                  "key_file": "/etc/dcgm-exporter/server.pem"}}  # fmt: skip
     (root / "etc/dcgm-exporter/web-config.yml").write_text(json.dumps(web))
+    return root, authority, issued
+
+
+def test_one_file_holding_the_key_and_the_certificate_serves(tmp_path: Path, debs) -> None:
+    """What gpumon_tls writes: cert_file and key_file are the same file (server.pem)."""
+    root, authority, _ = one_file_host(tmp_path, debs)
     port = free_port()
     with Daemon(root, exporter_argv(port), port):
         assert get(f"https://127.0.0.1:{port}/metrics", authority.cert_pem) == 200
@@ -172,18 +179,8 @@ def test_a_failed_handshake_or_tls_config_is_logged_naming_the_client(tmp_path: 
     failed handshake ("http: TLS handshake error from <client>: ..."; plain HTTP to the TLS port
     it answers with a 400 and does not log), and a certificate that cannot be loaded for a
     connection is logged before that connection is dropped."""
-    root = tmp_path / "root"
-    unpack(pick(debs, *PACKAGES), root)
-    prepare_root(root, hardware_for("H100", 1, "gpu01", True))
-    authority = ca.ensure_ca(tmp_path / "ca")
-    issued = ca.issue_host(
-        authority, tmp_path / "ca", "gpu01", ["127.0.0.1"], days=30, renew_days=5
-    )
+    root, authority, issued = one_file_host(tmp_path, debs)
     server_pem = root / "etc/dcgm-exporter/server.pem"
-    server_pem.write_text(issued.key_pem + issued.cert_pem)
-    web = {"tls_server_config": {"cert_file": "/etc/dcgm-exporter/server.pem",
-                                 "key_file": "/etc/dcgm-exporter/server.pem"}}  # fmt: skip
-    (root / "etc/dcgm-exporter/web-config.yml").write_text(json.dumps(web))
     foreign = ca.ensure_ca(tmp_path / "foreign")
     other = ca.issue_host(foreign, tmp_path / "foreign", "gpu01", ["127.0.0.1"], days=30,
                           renew_days=5)  # fmt: skip
