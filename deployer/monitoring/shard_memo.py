@@ -23,11 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from deployer.controller_secrets import write_private
-from deployer.monitoring import shards
+
+#: the pure assignment remembered (``shards.assign``): keys and sorted shard names -> key's shard
+Compute = Callable[[list[str], list[str]], dict[str, str]]
 
 FORMAT = "gpumon-shard-assignment/1 rendezvous-blake2b-8"
 #: keys x shards from which the assignment is remembered: 1,000,000 digests is about 0.3 s
@@ -82,19 +84,20 @@ def write(path: Path, names: Sequence[str], known: dict[str, int]) -> None:
         pass  # the next run hashes again: the same assignment, a second or so later
 
 
-def assign(keys: Sequence[str], shard_names: Sequence[str]) -> dict[str, str]:
-    """``shards.assign``, remembered between runs for inputs of ``MIN_PAIRS`` and more."""
+def assign(keys: Sequence[str], shard_names: Sequence[str], compute: Compute) -> dict[str, str]:
+    """``compute`` (``shards.assign``), remembered between runs for inputs of ``MIN_PAIRS``
+    and more."""
     names = sorted(set(shard_names))
     unique = list(dict.fromkeys(keys))
     if len(names) < 2 or len(unique) * len(names) < MIN_PAIRS:
-        return shards.assign(unique, names)
+        return compute(unique, names)
     path = path_for(names)
     with _LOCK:
         known = read(path, names)
         missing = [k for k in unique if k not in known]
         if missing:
             position = {name: i for i, name in enumerate(names)}
-            for key, shard in shards.assign(missing, names).items():
+            for key, shard in compute(missing, names).items():
                 known[key] = position[shard]
             if len(known) > KEEP_FACTOR * len(unique):
                 known = {k: known[k] for k in unique}

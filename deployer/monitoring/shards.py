@@ -31,6 +31,7 @@ from typing import Any
 
 from deployer.errors import InputError
 from deployer.memory import collector_paused
+from deployer.monitoring import shard_memo
 
 SHARD_VAR = "prometheus_shard"
 BY_VAR = "prometheus_shard_by"
@@ -119,9 +120,7 @@ def host_shards(
     else:
         keys = {h: shard_key(h, hostvars[h], by) for h in hosts}
     if remembered:
-        from deployer.monitoring import shard_memo
-
-        of_key = shard_memo.assign(list(keys.values()), shards)
+        of_key = shard_memo.assign(list(keys.values()), shards, assign)
     else:
         of_key = assign(keys.values(), shards)
     return {h: of_key[k] for h, k in keys.items()}

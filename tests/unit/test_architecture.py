@@ -172,7 +172,8 @@ LAYERS = [
     ["executor", "hostsession", "owed", "report"],
     ["plan", "roles", "templating", "hostpattern", "inventory", "rule_pack", "alertmanager_config",
      "monitoring.file_sd", "monitoring.remote_write", "monitoring.capacity",
-     "monitoring.shards", "monitoring.handoff", "monitoring.federation",  # what the prometheus templates render
+     "monitoring.shards", "monitoring.shard_memo", "monitoring.handoff",
+     "monitoring.federation",  # what the prometheus templates render
      "monitoring.dashboards"],  # what the grafana templates render
     ["gpu"],
     ["modules", "results"],

@@ -17,7 +17,7 @@ KEYS = [f"host:gpu{i:04d}" for i in range(400)]
 
 @pytest.fixture
 def hashed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[int]:
-    """Every input counts as large; the keys each run hashed, counted."""
+    """Every input counts as large; the keys each run hashed (``shards.assign``), counted."""
     monkeypatch.setenv(handoff.RECORD_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(shard_memo, "MIN_PAIRS", 1)
     counts: list[int] = []
@@ -32,34 +32,39 @@ def hashed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[int]:
     return counts
 
 
+def remembered(keys: list[str], names: list[str]) -> dict[str, str]:
+    """The assignment as planning asks for it: hashed by ``shards.assign`` (counted above)."""
+    return shard_memo.assign(keys, names, shards.assign)
+
+
 def test_a_remembered_assignment_is_the_hashed_one_and_the_next_run_hashes_nothing(hashed):
-    first = shard_memo.assign(KEYS, NAMES)
+    first = remembered(KEYS, NAMES)
     assert first == shards.assign(KEYS, NAMES)
     path = shard_memo.path_for(NAMES)
     assert path.parent.name == "assignments" and path.parent.parent == handoff.record_dir()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     hashed.clear()
-    assert shard_memo.assign(KEYS, NAMES) == first
+    assert remembered(KEYS, NAMES) == first
     assert hashed == []
 
 
 def test_a_host_added_since_is_the_only_key_hashed(hashed):
-    shard_memo.assign(KEYS, NAMES)
+    remembered(KEYS, NAMES)
     hashed.clear()
-    got = shard_memo.assign([*KEYS, "host:gpu-new"], NAMES)
+    got = remembered([*KEYS, "host:gpu-new"], NAMES)
     assert hashed == [1]
     assert got == shards.assign([*KEYS, "host:gpu-new"], NAMES)
     hashed.clear()
-    shard_memo.assign([*KEYS, "host:gpu-new"], NAMES)
+    remembered([*KEYS, "host:gpu-new"], NAMES)
     assert hashed == []  # and remembered in turn
 
 
 def test_other_shard_names_are_another_file_never_this_one(hashed):
-    shard_memo.assign(KEYS, NAMES)
+    remembered(KEYS, NAMES)
     five = [*NAMES, "e"]
     want = shards.assign(KEYS, five)
     hashed.clear()
-    assert shard_memo.assign(KEYS, five) == want
+    assert remembered(KEYS, five) == want
     assert hashed == [len(KEYS)]
     assert shard_memo.path_for(five) != shard_memo.path_for(NAMES)
 
@@ -75,7 +80,7 @@ def test_other_shard_names_are_another_file_never_this_one(hashed):
     ],
 )
 def test_a_damaged_or_foreign_file_is_ignored_and_replaced(hashed, damage):
-    want = shard_memo.assign(KEYS, NAMES)
+    want = remembered(KEYS, NAMES)
     path = shard_memo.path_for(NAMES)
     data = json.loads(path.read_text())
     if damage == "out of range":
@@ -91,10 +96,10 @@ def test_a_damaged_or_foreign_file_is_ignored_and_replaced(hashed, damage):
         text = damage
     path.write_text(text)
     hashed.clear()
-    assert shard_memo.assign(KEYS, NAMES) == want
+    assert remembered(KEYS, NAMES) == want
     assert hashed == [len(KEYS)]
     hashed.clear()
-    shard_memo.assign(KEYS, NAMES)
+    remembered(KEYS, NAMES)
     assert hashed == []  # rewritten whole
 
 
@@ -102,21 +107,21 @@ def test_a_directory_it_cannot_write_costs_only_the_hashing(hashed, tmp_path, mo
     blocked = tmp_path / "file-not-dir"
     blocked.write_text("")
     monkeypatch.setenv(handoff.RECORD_DIR_ENV, str(blocked))
-    assert shard_memo.assign(KEYS, NAMES) == shards.assign(KEYS, NAMES)
-    assert shard_memo.assign(KEYS, NAMES) == shards.assign(KEYS, NAMES)
+    assert remembered(KEYS, NAMES) == shards.assign(KEYS, NAMES)
+    assert remembered(KEYS, NAMES) == shards.assign(KEYS, NAMES)
 
 
 def test_a_small_tier_reads_and_writes_nothing(monkeypatch, tmp_path):
     monkeypatch.setenv(handoff.RECORD_DIR_ENV, str(tmp_path))
     assert len(KEYS) * len(NAMES) < shard_memo.MIN_PAIRS
-    assert shard_memo.assign(KEYS, NAMES) == shards.assign(KEYS, NAMES)
+    assert remembered(KEYS, NAMES) == shards.assign(KEYS, NAMES)
     assert not (tmp_path / "assignments").exists()
 
 
 def test_hosts_long_gone_are_dropped_from_the_file(hashed):
-    shard_memo.assign(KEYS, NAMES)
+    remembered(KEYS, NAMES)
     few = [*KEYS[:100], "host:gpu-new"]  # 301 of 401 remembered keys are no longer asked for
-    shard_memo.assign(few, NAMES)
+    remembered(few, NAMES)
     kept = json.loads(shard_memo.path_for(NAMES).read_text())["keys"]
     assert sorted(kept) == sorted(few)
 
