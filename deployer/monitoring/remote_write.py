@@ -12,6 +12,18 @@ store. Two things make the pair's samples land on one series in the store:
 - VictoriaMetrics' ``-dedup.minScrapeInterval`` keeps one sample per series and interval (role
   victoriametrics).
 
+On a sharded tier a host's own series (those with a ``node`` label: its dcgm and node targets'
+series and the per-GPU and per-node records made of them) also lose the ``shard`` external label
+on the way: which shard scraped a host is not part of what the host measured. A host that moves
+to another shard (a re-shard hands it over, deployer/monitoring/handoff.py) is then one series in
+the store, written by the old and the new owner while both scrape it and deduplicated as a pair's
+are, not two series under two shard labels that a sum over the global view counts twice until the
+old one leaves the store's lookback (5.5 minutes). A shard's aggregates (no ``node``: the
+``cluster:`` and ``cluster_model:`` records, each shard's own part of a sum) and the stack's own
+targets, which every shard scrapes, keep it. A ``replace`` whose replacement is empty deletes the
+target label (prometheus/prometheus model/relabel/relabel.go ``relabel``, case ``Replace``:
+``if len(res) == 0 { lb.Del(...) }``, commit 02a325539b6ad3745e799c0a24c4e44b2698e651).
+
 The queue is sized from the targets the replica scrapes (the same file_sd targets the role writes)
 and their intervals: :func:`samples_per_second` estimates what one replica ingests, and
 :func:`queue_config` turns it into shards and a buffer that keep up with it and replay what piled
@@ -30,7 +42,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from deployer.monitoring import federation, file_sd
+from deployer.monitoring import federation, file_sd, shards
 from deployer.tls import material as tls_material
 
 # Prometheus' duration units (model.ParseDuration).
@@ -159,8 +171,9 @@ def remote_write_configs(variables: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "url": store_write_url(variables, host),
                 "name": remote_name(host),
                 "remote_timeout": str(variables["prometheus_remote_write_timeout"]),
-                # The pair's samples become one series in the store: only the replica label goes.
-                "write_relabel_configs": [{"action": "labeldrop", "regex": replica_label}],
+                # The pair's samples become one series in the store: the replica label goes,
+                # and on a sharded tier a host's own series' shard label.
+                "write_relabel_configs": write_relabel_configs(variables, replica_label),
                 "queue_config": dict(queue),
             }
             if entry["url"].startswith("https://"):
@@ -173,6 +186,24 @@ def remote_write_configs(variables: Mapping[str, Any]) -> list[dict[str, Any]]:
                 }
             out.append(entry)
     out.extend(dict(e) for e in variables.get("prometheus_remote_write_extra") or [])
+    return out
+
+
+def write_relabel_configs(variables: Mapping[str, Any], replica_label: str) -> list[dict[str, Any]]:
+    """The replica label dropped; on a sharded tier also the shard label of every series with a
+    ``node`` label from a sharded job, or from no job (a record made of such series)."""
+    out: list[dict[str, Any]] = [{"action": "labeldrop", "regex": replica_label}]
+    if variables.get(shards.SHARD_VAR) in (None, ""):
+        return out
+    jobs = "|".join(re.escape(j) for j in shards.SHARDED_JOBS)
+    out.append({
+        "source_labels": ["node", "job"],
+        "separator": ";",
+        "regex": f".+;(?:{jobs})?",
+        "target_label": str(variables["prometheus_shard_label"]),
+        "replacement": "",
+        "action": "replace",
+    })  # fmt: skip
     return out
 
 

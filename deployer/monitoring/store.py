@@ -52,8 +52,8 @@ SERIES_IDENTITY = ", ".join(("node", "UUID", "GPU_I_ID", rule_pack.JOB_LABEL))
 # VictoriaMetrics looks back its default step, 5 minutes (docs.victoriametrics.com/query-stats:
 # an instant query logged with step_ms=300000), from 30 s ago (-search.latencyOffset); on the lab
 # (1.79.5) a series 331 s past its last sample was still returned. Prometheus' lookback delta is
-# 5 minutes too. A GPU whose host moved to another shard is seen under both shard labels that
-# long: the replicas' external labels are part of its series' identity in the store.
+# 5 minutes too. A GPU whose host moved to another shard, written with the shard label (before
+# remote_write.py dropped it from a host's own series), is seen under both shard labels that long.
 VIEW_LOOKBACK_S = 330
 
 
@@ -394,10 +394,12 @@ def _every_gpu_once(
 ) -> tuple[Check, str | None]:
     """One series per GPU and, on a MIG GPU, per GPU instance, and with job mapping per job on it.
     More than one under one shard label is the pair not deduplicated (a replica label kept):
-    failed. One under each of two shard labels is a host that moved to another shard (a re-shard,
-    or one pair becoming shards): the old shard's series stays in the view's lookback
-    (``VIEW_LOOKBACK_S``) after its last sample, so pending; two shards scraping one host for
-    longer is the shard rows' failure (deployer/monitoring/checks_shards.py)."""
+    failed. A host's own series reach the store without the shard label (remote_write.py), so a
+    host that moved to another shard is one series; one under each of two shard labels is a
+    moved host's series written with the label (before that release, or by another writer): the
+    old shard's series stays in the view's lookback (``VIEW_LOOKBACK_S``) after its last sample,
+    so pending; two shards scraping one host for longer is the shard rows' failure
+    (deployer/monitoring/checks_shards.py)."""
     comp, name = "global view", exp.view
     per_gpu, err = query(fetch, exp.view_url, per_gpu_query(exp.shard_label), h)
     if err is not None:

@@ -50,6 +50,12 @@ all:
           hosts: {mon01: {}, mon02: {}}
 """
 
+# The same tier as two shards of one replica each.
+SHARDED = INVENTORY.replace(
+    "prom01: {ansible_host: 192.0.2.21}", "prom01: {ansible_host: 192.0.2.21, prometheus_shard: a}"
+).replace(
+    "prom02: {ansible_host: 192.0.2.22}", "prom02: {ansible_host: 192.0.2.22, prometheus_shard: b}"
+)
 SECRETS = {
     "metrics_store_username": "writer",
     "metrics_store_password": 'Pa55"w\\rd-secret',
@@ -60,9 +66,11 @@ SECRETS = {
 }
 
 
-def plan(tmp_path: Path, *extra: str) -> dict[str, dict[str, list[PlannedTask]]]:
+def plan(
+    tmp_path: Path, *extra: str, inventory: str = INVENTORY
+) -> dict[str, dict[str, list[PlannedTask]]]:
     inv = tmp_path / "inventory.yml"
-    inv.write_text(INVENTORY)
+    inv.write_text(inventory)
     session = DeploySession.load(RunOptions(inventory=inv, extra_vars=list(extra)))
     out: dict[str, dict[str, list[PlannedTask]]] = {}
     for hp in session.plans:
@@ -297,6 +305,49 @@ def test_remote_write_drops_only_the_replica_label(tmp_path):
     assert "cluster" in renamed["global"]["external_labels"]
 
 
+def relabelled(labels: dict[str, str], configs: list[dict[str, Any]]) -> dict[str, str]:
+    """Prometheus' ``labeldrop`` and ``replace`` as model/relabel/relabel.go applies them: the
+    source labels joined by the separator, the regex anchored, an empty replacement deleting
+    the target label."""
+    import re
+
+    out = dict(labels)
+    for c in configs:
+        if c["action"] == "labeldrop":
+            out = {k: v for k, v in out.items() if not re.fullmatch(c["regex"], k)}
+            continue
+        assert c["action"] == "replace", c
+        value = c.get("separator", ";").join(out.get(n, "") for n in c["source_labels"])
+        if re.fullmatch(c["regex"], value) and c["replacement"] == "":
+            out.pop(c["target_label"], None)
+    return out
+
+
+def test_a_sharded_replica_writes_a_hosts_own_series_without_its_shard_label(tmp_path):
+    # a host that moves to another shard stays one series in the store, written by both owners
+    planned = plan(tmp_path, inventory=SHARDED)
+    configs = prometheus_yml(planned, "prom01")["remote_write"][0]["write_relabel_configs"]
+    assert configs == prometheus_yml(planned, "prom02")["remote_write"][0]["write_relabel_configs"]
+    external = {"cluster": "c1", "replica": "prom01", "shard": "a"}
+    gpu_series = {"__name__": "DCGM_FI_DEV_GPU_TEMP", "job": "dcgm", "node": "gpu01", **external}
+    assert relabelled(gpu_series, configs) == {
+        "__name__": "DCGM_FI_DEV_GPU_TEMP",
+        "job": "dcgm",
+        "node": "gpu01",
+        "cluster": "c1",
+    }
+    node_series = {"__name__": "node_load1", "job": "node", "node": "gpu01", **external}
+    assert "shard" not in relabelled(node_series, configs)
+    per_gpu_record = {"__name__": "gpu:gpu_power_usage_watts:max", "node": "gpu01", **external}
+    assert "shard" not in relabelled(per_gpu_record, configs)
+    # a shard's part of a sum, and what every shard scrapes of the stack, keep it
+    shard_part = {"__name__": "cluster:gpu_power_usage_watts:sum", "job": "dcgm", **external}
+    assert relabelled(shard_part, configs)["shard"] == "a"
+    stack = {"__name__": "up", "job": "alertmanager", "node": "mon01", **external}
+    assert relabelled(stack, configs)["shard"] == "a"
+    # an unsharded tier has no shard label to drop: the replica label alone (the test above)
+
+
 def test_remote_write_reads_its_password_from_a_0600_file(secured):
     rw = prometheus_yml(secured)["remote_write"][0]
     assert rw["basic_auth"] == {
@@ -347,8 +398,11 @@ def test_replicas_scrape_the_store_as_a_file_sd_job(planned, secured):
     assert secured_job["victoriametrics"]["basic_auth"]["username"] == "writer"
 
 
-def test_rendered_config_with_remote_write_passes_promtool(tmp_path, secured):
+@pytest.mark.parametrize("inventory", ["one pair", "two shards"])
+def test_rendered_config_with_remote_write_passes_promtool(tmp_path, secured, inventory):
     promtool = tool("promtool")
+    if inventory == "two shards":
+        secured = plan(tmp_path, json.dumps(SECRETS), inventory=SHARDED)
     text = task(secured, "prom01", "prometheus", "prometheus.yml").args["content"]
     config = yaml.safe_load(text)
     # promtool resolves the files the config names: point them into the test's directory.
