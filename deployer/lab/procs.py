@@ -71,7 +71,9 @@ def children(pid: int) -> list[int]:
     kids: list[int] = []
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # gone, or exiting: listing an exiting process' tasks fails with ESRCH, not ENOENT (a
+        # host powered off while its tree was walked: CI, 2026-12-05)
         return kids
     for task in tasks:
         try:
