@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from deployer.controller_secrets import write_private
+from deployer.monitoring import handoff
 
 #: the pure assignment remembered (``shards.assign``): keys and sorted shard names -> key's shard
 Compute = Callable[[list[str], list[str]], dict[str, str]]
@@ -44,8 +45,6 @@ _LOCK = threading.Lock()
 
 def path_for(names: Sequence[str]) -> Path:
     """The file of one set of shard names."""
-    from deployer.monitoring import handoff
-
     digest = hashlib.sha256("\0".join([FORMAT, *names]).encode()).hexdigest()[:24]
     return handoff.record_dir() / "assignments" / f"{digest}.json"
 
