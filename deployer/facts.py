@@ -3,7 +3,8 @@
 OS family, version, architecture and kernel; GPUs (NVIDIA functions on the PCI bus, then
 ``nvidia-smi`` when present); the NVIDIA driver version installed (package), loaded
 (``/proc/driver/nvidia/version``) and seen by ``nvidia-smi``, with a mismatch flagged as "reboot
-required"; DCGM, dcgm-exporter and fabric manager package versions; NVSwitch presence.
+required"; DCGM, dcgm-exporter and fabric manager package versions; NVSwitch presence; the CA bundle the
+tier's clients on the host trust (``/etc/gpumon/tls/ca.pem``, when the tier's TLS reached it).
 
 What nvidia-smi and /proc print is read as real hosts print it (tests/contract/test_facts.py runs
 this script on the captures of ../shared/gpu_reality_fixtures): ``[N/A]`` memory or MIG mode on
@@ -30,6 +31,11 @@ NVIDIA_PCI_VENDOR = "0x10de"
 _GPU_CLASSES = ("0x0302", "0x0300")
 
 _SECTIONS = ("os", "pci", "smi", "smi_rc", "proc", "pkgs", "nvswitch")
+# Read when printed, not required (a read of a script before it is whole without it): the CA
+# bundle the tier's clients on the host trust (deployer/tls/material.py HOST_CA_FILE), read with
+# shell builtins; deployer/tls/continuity.py compares it with the controller's directory.
+_OPTIONAL = ("tls_ca",)
+HOST_CA_FILE = "/etc/gpumon/tls/ca.pem"
 
 # Every probe runs on every host on every run, so the script forks as little as it can: shell
 # builtins read sysfs and /proc, one dpkg-query names the packages; nvidia-smi runs where it exists.
@@ -80,6 +86,11 @@ if command -v dpkg-query >/dev/null 2>&1; then
 fi
 if command -v rpm >/dev/null 2>&1; then
   rpm -qa --qf '%{NAME}\t%{VERSION}-%{RELEASE}\tii \n' 2>/dev/null | grep -E '^(nvidia-|cuda-drivers|datacenter-gpu-manager)'
+fi
+echo '@@tls_ca'
+if [ -r /etc/gpumon/tls/ca.pem ]; then
+  echo present
+  while IFS= read -r l || [ -n "$l" ]; do printf '%s\n' "$l"; done < /etc/gpumon/tls/ca.pem
 fi
 echo '@@nvswitch'
 n=0
@@ -142,6 +153,8 @@ class HostFacts:
     exporter_version: str | None = None
     fabricmanager_version: str | None = None
     nvswitch: bool = False
+    # HOST_CA_FILE's content (None: the host has none: the tier's TLS never reached it)
+    tls_ca_pem: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -158,7 +171,7 @@ class HostFacts:
 
 
 def _sections(text: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {s: [] for s in _SECTIONS}
+    out: dict[str, list[str]] = {s: [] for s in (*_SECTIONS, *_OPTIONAL)}
     current = None
     for line in text.splitlines():
         if line.startswith("@@") and line[2:] in out:
@@ -244,6 +257,8 @@ def parse_facts(host: str, result: CommandResult) -> HostFacts:
             f.held.append(name)
     _derive_versions(f)
     f.nvswitch = (("".join(s["nvswitch"]).strip() or "0") != "0") or f.nvidia_pci_switches > 0
+    if s["tls_ca"][:1] == ["present"]:
+        f.tls_ca_pem = "".join(line + "\n" for line in s["tls_ca"][1:])
     return f
 
 

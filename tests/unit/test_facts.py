@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from deployer.connection import CommandResult, LocalConnection
 from deployer.errors import FactsUnread
-from deployer.facts import FACTS_SCRIPT, gather, parse_facts, unfinished
+from deployer.facts import FACTS_SCRIPT, HOST_CA_FILE, gather, parse_facts, unfinished
+from deployer.tls import material
 
 OS = """@@os
 id=debian
@@ -268,3 +272,42 @@ def test_a_facts_read_cut_twice_fails_the_host_saying_why():
 def test_sudo_refusing_the_facts_script_fails_the_host_naming_sudo():
     with pytest.raises(FactsUnread, match="sudo: a password is required"):
         gather(_Answers(SUDO_REFUSED, SUDO_REFUSED))  # type: ignore[arg-type]
+
+
+def _script_reading_ca(tmp_path: Path, content: bytes | None) -> str:
+    ca = tmp_path / "ca.pem"
+    if content is not None:
+        ca.write_bytes(content)
+    script = FACTS_SCRIPT.replace(HOST_CA_FILE, str(ca))
+    assert script != FACTS_SCRIPT
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("ending", [b"\n", b""])
+def test_the_ca_bundle_the_host_trusts_is_read_whole_with_or_without_a_last_newline(
+    tmp_path, ending
+):
+    bundle = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n" * 2
+    out = _script_reading_ca(tmp_path, bundle.rstrip(b"\n") + ending)
+    f = parse_facts("prom01", CommandResult("", 0, out, ""))
+    assert f.tls_ca_pem == bundle.decode()
+    assert unfinished(CommandResult("", 0, out, "")) is None
+
+
+def test_a_host_without_the_tiers_ca_has_none(tmp_path):
+    out = _script_reading_ca(tmp_path, None)
+    assert "@@tls_ca\n@@nvswitch" in out
+    assert parse_facts("prom01", CommandResult("", 0, out, "")).tls_ca_pem is None
+
+
+def test_the_script_reads_the_file_the_tiers_roles_write():
+    assert HOST_CA_FILE == material.HOST_CA_FILE
+
+
+def test_a_read_of_a_script_without_the_ca_section_is_still_whole():
+    """The section is read when printed: an older script's output (or a stand-in's) is whole."""
+    whole = _whole().stdout
+    start = whole.index("@@tls_ca\n")
+    older = whole[:start] + whole[whole.index("@@nvswitch", start) :]
+    result = CommandResult(FACTS_SCRIPT, 0, older, "")
+    assert unfinished(result) is None and parse_facts("gpu01", result).tls_ca_pem is None
