@@ -26,7 +26,7 @@ from deployer.connection import CommandResult, ConnectionPool, SSHConnection, SS
 from deployer.errors import FactsUnread, HostUnreachable, InputError
 from deployer.executor import DEFAULT_FORKS, Events, Executor, NoEvents
 from deployer.facts import FACTS_SCRIPT, HostFacts, gather, parse_facts, unfinished
-from deployer.gpu import driver_record, gpu_plan, preflight
+from deployer.gpu import driver_record, gpu_plan, preflight, rules
 from deployer.hostpattern import NoHostsMatched, select, split_patterns
 from deployer.hostsession import Prefetched, first_read_scripts, run_then_read
 from deployer.inventory.model import LayeredVars
@@ -42,6 +42,10 @@ from deployer.roles import (  # noqa: F401  (the session's defaults, read from h
     load_site,
 )
 from deployer.spans import span
+from deployer.tls import continuity, material
+
+# The rule of a refusal for a host trusting a CA its controller directory does not hold.
+TLS_DIR_UNKNOWN = "tls-dir-unknown"
 
 
 @dataclass
@@ -432,19 +436,40 @@ class DeploySession:
     def preflight(
         self, *, offline: bool, forks: int = DEFAULT_FORKS, out_of_service: bool = False
     ) -> list[Any]:
-        """Refusals for the selected GPU hosts (empty: all good): the compatibility matrix's and,
-        with facts, a driver change on a host whose driver is loaded (``preflight`` module;
-        ``out_of_service`` says the hosts run no GPU work and may change in place)."""
+        """Refusals (empty: all good): for every host whose facts were read, a CA of the tier
+        its controller directory does not hold (:meth:`tls_refusals`); for the selected GPU
+        hosts the compatibility matrix's and, with facts, a driver change on a host whose driver
+        is loaded (``preflight`` module; ``out_of_service`` says the hosts run no GPU work and
+        may change in place)."""
         gpu = preflight.gpu_hosts(self.inventory, self.hosts)
-        if not gpu:
-            return []
         if not offline:
             not_read = self.not_read()
-            self.gather_facts([h for h in gpu if h not in self.facts and h not in not_read], forks)
+            unread = [h for h in gpu if h not in self.facts and h not in not_read]
+            if unread:
+                self.gather_facts(unread, forks)
+        tls = [] if offline else self.tls_refusals()
+        if not gpu:
+            return tls
         # Every GPU host's variables and plan: alive together, all freed when the judging ends,
         # before the collector comes back (bench/README.md, "Planning").
         with memory.collector_paused():
-            return self._judge(gpu, offline=offline, out_of_service=out_of_service)
+            return tls + self._judge(gpu, offline=offline, out_of_service=out_of_service)
+
+    def tls_refusals(self) -> list[rules.Refusal]:
+        """Hosts read so far that trust a CA of the tier their controller's ``gpumon_tls_dir``
+        does not hold (``deployer/tls/continuity.py``); what this process created in such a
+        directory is removed, so that the next run is refused as well."""
+        planner = self.load_content()
+        found = continuity.unknown_cas(
+            {
+                h: (planner.scope(h, ()), f.tls_ca_pem)
+                for h, f in self.facts.items()
+                if f.tls_ca_pem is not None
+            }
+        )
+        for d in {u.directory for u in found}:
+            material.discard_created(d)
+        return [rules.Refusal(u.host, TLS_DIR_UNKNOWN, u.message, u.fix) for u in found]
 
     def _judge(self, gpu: list[str], *, offline: bool, out_of_service: bool) -> list[Any]:
         choices = {h: self.driver_choice(h) for h in gpu}
@@ -503,7 +528,7 @@ class DeploySession:
             refused = self.preflight(offline=False, forks=forks, out_of_service=out_of_service)
             if refused:
                 raise preflight.PreflightRefused(
-                    "the version plan is refused:\n  " + "\n  ".join(str(r) for r in refused)
+                    "the run is refused:\n  " + "\n  ".join(str(r) for r in refused)
                 )
             for host, note in self.driver_notes().items():
                 print(f"NOTE {host}: {note}", file=sys.stderr)

@@ -160,7 +160,8 @@ def expect(
             else:
                 exp.gpu_records[node] = f"{DEFAULT_TEXTFILE_DIR}/{RECORD_FILE}"
     for v in [*prometheus_vars.values(), *alertmanager_vars.values()][:1]:
-        given = tls_material.client(v)
+        # read-only: a directory without the tier's credentials is an error, never a new CA
+        given = tls_material.client(v, create=False)
         if given is not None:
             exp.client_tls = ClientTLS(given["ca_pem"], given["username"], given["password"])
     for host, v in alertmanager_vars.items():

@@ -30,7 +30,7 @@ from deployer.rollout.options import RolloutOptions
 from deployer.rollout.state import HostRecord, RunRecord, StateStore, new_run_id
 from deployer.rollout.view import LiveView, plan_text, report
 from deployer.secrets import mask_text
-from deployer.session import DeploySession, RunOptions
+from deployer.session import TLS_DIR_UNKNOWN, DeploySession, RunOptions
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
@@ -203,6 +203,10 @@ def _plan(record: RunRecord, pre: Preflight, hook: DrainHook, tier) -> dict[str,
 def _print_refusals(pre: Preflight, err: TextIO) -> None:
     for r in pre.refusals:
         print(f"REFUSED {r}", file=err)
+    if any(r.rule == TLS_DIR_UNKNOWN for r in pre.refusals):
+        print("nothing was changed: this controller's gpumon_tls_dir does not hold the tier's "
+              "CA (see above)", file=err)  # fmt: skip
+        return
     hosts = sorted({r.host for r in pre.refusals})
     print(
         f"nothing was changed: the target {pre.target.version} is refused for "

@@ -157,7 +157,7 @@ def run_preflight(session: DeploySession, to: str) -> Preflight:
         names = f.gpu_names()[0] or None
         plan = version_plan.plan_from_vars(h, variables, gpu_names=names).retarget(target)
         plans.append(plan)
-    refusals = rules.check(plans)
+    refusals = session.tls_refusals() + rules.check(plans)
     refused = {r.host for r in refusals}
     for plan in plans:
         h = plan.host

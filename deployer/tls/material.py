@@ -16,6 +16,8 @@ Variables (any inventory layer; the same for every host of one cluster):
   ``gpumon_tls_cert`` and ``gpumon_tls_private_key`` (PEM or a path; the key is a secret).
 - ``gpumon_basic_auth_username`` (``gpumon``) and ``gpumon_basic_auth_password`` (default: one
   generated and kept 0600 in ``gpumon_tls_dir``/basic-auth-password).
+- ``gpumon_tls_start_over``: replace the CA and password that hosts trust with those of an
+  empty ``gpumon_tls_dir`` on purpose (otherwise refused: deployer/tls/continuity.py).
 """
 
 from __future__ import annotations
@@ -45,6 +47,15 @@ MIN_VERSION = "TLS12"
 
 _LOCK = threading.Lock()
 _CACHE: dict[tuple[Any, ...], dict[str, Any]] = {}
+# What each TLS directory held when this process first looked at it (its files, relative; None:
+# the directory did not exist), before anything of this process wrote there: whether it held the
+# tier's credentials then (deployer/tls/continuity.py), and what to remove when a run that
+# created them is refused.
+_SIGHTS: dict[str, frozenset[str] | None] = {}
+_SIGHTS_LOCK = threading.Lock()  # not _LOCK: host_tls holds that one while it computes
+# Files whose presence says the directory holds a tier's credentials: the product's CA, the
+# rotation record, or the password of a version that kept no record.
+CREDENTIAL_FILES = ("ca.crt", "rotation.json", "basic-auth-password")
 
 OFF: dict[str, Any] = {
     "enabled": False,
@@ -71,6 +82,46 @@ def tls_dir(variables: Mapping[str, Any]) -> Path:
     return Path(default_dir()) / "tls" / cluster
 
 
+def _files(d: Path) -> frozenset[str] | None:
+    if not d.is_dir():
+        return None
+    return frozenset(str(p.relative_to(d)) for p in d.rglob("*"))
+
+
+def first_sight(d: Path) -> frozenset[str] | None:
+    """The files ``d`` held when this process first looked at it (None: it did not exist); a
+    directory not looked at yet is looked at now."""
+    key = str(d)
+    with _SIGHTS_LOCK:
+        if key not in _SIGHTS:
+            _SIGHTS[key] = _files(d)
+        return _SIGHTS[key]
+
+
+def held_credentials(d: Path) -> bool:
+    """Whether ``d`` held a tier's credentials (CREDENTIAL_FILES) before this process wrote."""
+    seen = first_sight(d)
+    return seen is not None and any(name in seen for name in CREDENTIAL_FILES)
+
+
+def discard_created(d: Path) -> list[str]:
+    """Remove what this process created in ``d`` since its first sight (the whole directory when
+    it did not exist), and forget what was computed from it; the paths removed, relative."""
+    seen = first_sight(d)
+    now = _files(d) or frozenset()
+    created = sorted(now - (seen or frozenset()), key=lambda r: (-r.count("/"), r))
+    for rel in created:
+        p = d / rel
+        if p.is_dir() and not p.is_symlink():
+            p.rmdir()  # deepest first: its files went before it
+        else:
+            p.unlink(missing_ok=True)
+    if seen is None and d.is_dir() and not any(d.iterdir()):
+        d.rmdir()
+    forget()
+    return created
+
+
 def _int(variables: Mapping[str, Any], key: str, default: int, host: str) -> int:
     value = variables.get(key, default)
     try:
@@ -83,7 +134,7 @@ def _int(variables: Mapping[str, Any], key: str, default: int, host: str) -> int
     return n
 
 
-def _pem_or_path(value: Any, host: str, key: str, secret: bool) -> str:
+def pem_or_path(value: Any, host: str, key: str, secret: bool) -> str:
     """A PEM given inline, or the content of the controller file it names."""
     text = str(value).strip()
     if text.startswith("-----BEGIN"):
@@ -126,17 +177,26 @@ def _password(variables: Mapping[str, Any], directory: Path) -> str:
 
 def _desired_ca(variables: Mapping[str, Any], host: str, d: Path) -> str:
     if variables.get("gpumon_tls_ca_cert"):
-        return _pem_or_path(variables["gpumon_tls_ca_cert"], host, "gpumon_tls_ca_cert", False)
+        return pem_or_path(variables["gpumon_tls_ca_cert"], host, "gpumon_tls_ca_cert", False)
     from deployer.tls import ca as ca_mod
 
     return ca_mod.ensure_ca(d).cert_pem
 
 
-def rotation_view(variables: Mapping[str, Any]) -> rotation.View:
+def rotation_view(variables: Mapping[str, Any], *, create: bool = True) -> rotation.View:
     """The step of the credential's and CA's rotation (deployer/tls/rotation.py) for what the
-    inventory asks now."""
+    inventory asks now. ``create=False`` (a read-only command): a directory that holds no
+    rotation record is an error naming it, and nothing is written there."""
     host = str(variables.get("inventory_hostname", "?"))
     d = tls_dir(variables)
+    first_sight(d)  # before anything below writes there
+    if not create and not (d / rotation.RECORD).exists():
+        raise InputError(
+            f"host {host}: gpumon_tls is on but gpumon_tls_dir {d} holds no credential of the "
+            "tier (no rotation.json): this controller has not run `up` with it. Point "
+            "gpumon_tls_dir at the directory `up` used (or restore it from your backup)",
+            key="gpumon_tls_dir",
+        )
     base = str(variables.get("gpumon_basic_auth_username") or "gpumon")
     if ":" in base:
         raise InputError(
@@ -146,12 +206,13 @@ def rotation_view(variables: Mapping[str, Any]) -> rotation.View:
     return rotation.view(d, base, _password(variables, d), _desired_ca(variables, host, d))
 
 
-def client(variables: Mapping[str, Any]) -> dict[str, Any] | None:
+def client(variables: Mapping[str, Any], *, create: bool = True) -> dict[str, Any] | None:
     """What a client of the tier needs on the controller (the CA bundle clients trust now, the
-    user and password clients send now), or None when the switch is off."""
+    user and password clients send now), or None when the switch is off. ``create=False``: see
+    :func:`rotation_view`."""
     if not enabled(variables):
         return None
-    v = rotation_view(variables)
+    v = rotation_view(variables, create=create)
     return {"ca_pem": v.ca_bundle, "username": v.client.username, "password": v.client.password}
 
 
@@ -194,10 +255,8 @@ def _own(variables: Mapping[str, Any], host: str, d: Path, v: rotation.View) -> 
             "(your own certificates), or unset gpumon_tls_ca_cert for the product's CA",
             key=missing[0],
         )
-    cert_pem = _pem_or_path(variables["gpumon_tls_cert"], host, "gpumon_tls_cert", False)
-    key_pem = _pem_or_path(
-        variables["gpumon_tls_private_key"], host, "gpumon_tls_private_key", True
-    )
+    cert_pem = pem_or_path(variables["gpumon_tls_cert"], host, "gpumon_tls_cert", False)
+    key_pem = pem_or_path(variables["gpumon_tls_private_key"], host, "gpumon_tls_private_key", True)
     if "PRIVATE KEY" not in key_pem:
         raise InputError(
             f"host {host}: gpumon_tls_private_key holds no private key",
@@ -206,7 +265,7 @@ def _own(variables: Mapping[str, Any], host: str, d: Path, v: rotation.View) -> 
     register_secret(key_pem)
     served = d / "served" / f"{host}.pem"
     given_ca = rotation.normal_pem(
-        _pem_or_path(variables["gpumon_tls_ca_cert"], host, "gpumon_tls_ca_cert", False)
+        pem_or_path(variables["gpumon_tls_ca_cert"], host, "gpumon_tls_ca_cert", False)
     )
     if v.serving_ca != given_ca and served.exists():
         kept = read_private(served).decode()

@@ -39,7 +39,7 @@ from cryptography import x509
 
 from deployer.lab import Lab
 from deployer.monitoring.http import ClientTLS, api_data, http_fetch, use_tls
-from deployer.tls import ca, rotation
+from deployer.tls import ca, material, rotation
 from tests.integration.labtools import lab_named_by, lab_needed_after, run_cli, wait_until
 
 pytestmark = pytest.mark.lab
@@ -271,6 +271,46 @@ def test_a_second_up_changes_nothing(tlab, deployed, tls_vars, env, outputs):
     report = json.loads(proc.stdout)
     changed = {h: r["counts"]["changed"] for h, r in report["hosts"].items()}
     assert set(changed.values()) == {0}, changed
+
+
+def ca_on_hosts(lab: Lab) -> dict[str, str]:
+    """Each host's digest of the CA bundle the tier's clients on it trust."""
+    out = {}
+    for h in lab.hosts:
+        r = lab.ssh(h.name, f"sha256sum {material.HOST_CA_FILE} 2>/dev/null || echo none")
+        out[h.name] = r.stdout.split()[0] if r.returncode == 0 else f"rc {r.returncode}"
+    return out
+
+
+def test_a_controller_without_the_tiers_tls_directory_is_refused_touching_nothing(
+    tlab, deployed, env, outputs, tmp_path
+):
+    """A new controller, a lost or mistyped gpumon_tls_dir: `up`, `upgrade-driver` and `status`
+    refuse rather than push (or read) a new CA and password, and leave no CA behind."""
+    before = ca_on_hosts(tlab)
+    lost = tmp_path / "lost" / "ca"
+    elsewhere = ["-e", "gpumon_tls=true", "-e", f"gpumon_tls_dir={lost}"]
+    inventory = str(tlab.inventory_path)
+    gpu = hosts_in(tlab, "gpu")[0].name
+    runs = tmp_path / "runs"
+    for args, extra_env in [
+        (["up", "-i", inventory, *elsewhere], {}),
+        (["upgrade-driver", "-i", inventory, *elsewhere, "--to", "595", "--limit", gpu,
+          "--drain", "none", "--check"], {"GPUMON_ROLLOUT_STATE_DIR": str(runs)}),
+    ]:  # fmt: skip
+        proc = gpumon(*args, env={**env, **extra_env})
+        outputs += [proc.stdout, proc.stderr]
+        assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+        assert "[tls-dir-unknown]" in proc.stderr and str(lost) in proc.stderr, proc.stderr
+        assert "gpumon_tls_start_over" in proc.stderr
+        assert not lost.exists(), sorted(p.name for p in lost.rglob("*"))
+    assert not runs.exists() or not any(runs.iterdir())  # no rollout recorded
+    status = gpumon("status", "-i", inventory, *elsewhere, env=env)
+    outputs += [status.stdout, status.stderr]
+    assert status.returncode == 2 and "holds no credential" in status.stderr, status.stderr
+    assert not lost.exists()
+    assert ca_on_hosts(tlab) == before
+    every_target_up(tlab)
 
 
 def test_a_renewal_of_every_certificate_restarts_nothing_and_leaves_no_gap(

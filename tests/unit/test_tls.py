@@ -408,6 +408,7 @@ def test_status_expects_https_urls_and_the_client_tls_when_the_switch_is_on(tmp_
             "inventory_hostname": "am1", "alertmanager_port": 9093,
             "alertmanager_config_dir": "/etc/alertmanager", "alertmanager_advertise_address": "10.0.0.1",
             "alertmanager_cluster_port": 9094}  # fmt: skip
+    material.client(base)  # what `up` wrote: status only reads it
     exp = expect({}, {"am1": base}, {})
     assert exp.alertmanagers[0].url == "https://10.0.0.1:9093"
     assert (

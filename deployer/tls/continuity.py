@@ -1,0 +1,110 @@
+"""The controller's TLS directory is the one the tier was deployed with.
+
+The tier's CA, password and rotation record live only in the controller's ``gpumon_tls_dir``.
+A controller without them (a new machine, a lost or mistyped directory, another user's default
+directory) would create a new CA and password at its first look and push them: every server
+presents a certificate of a CA its clients do not trust, and checks a password they do not send,
+until the last host of the tier has converged; a blind spot of every target for as long as the
+run takes, where a rotation (deployer/tls/rotation.py) leaves none.
+
+So, before anything is touched: a host whose facts show that it already trusts a CA of the tier
+(``/etc/gpumon/tls/ca.pem``, deployer/facts.py) refuses the run when its TLS directory held none
+of the tier's credentials when this run first looked at it (``material.held_credentials``),
+unless what the host trusts is exactly what it would get (your own CA, ``gpumon_tls_ca_cert``,
+with your own ``gpumon_basic_auth_password``), or ``gpumon_tls_start_over`` says to replace the
+CA and password on purpose. What the run created in such a directory is removed by the caller
+(``material.discard_created``), so that the next run is refused again rather than taking the new
+CA for the tier's.
+
+The file stays on a host when TLS is switched off, so a tier whose TLS was switched off and is
+switched on again from an empty directory is refused too: ``gpumon_tls_start_over`` says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deployer.booleans import truthy
+from deployer.tls import material
+from deployer.tls.rotation import normal_pem
+
+START_OVER = "gpumon_tls_start_over"
+_PEM = re.compile(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", re.S)
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A host trusting a CA that its controller directory does not hold."""
+
+    host: str
+    directory: Path
+    trusted: tuple[str, ...]  # the host's CAs, as "subject (SHA-256 fingerprint)"
+
+    @property
+    def message(self) -> str:
+        return (
+            f"it trusts the tier's CA {', '.join(self.trusted) or '(unreadable)'} "
+            f"({material.HOST_CA_FILE}, written while gpumon_tls was on), but gpumon_tls_dir {self.directory} held no CA, "
+            "password or rotation record when this run began (a new controller, a lost or "
+            "mistyped directory): the run would push a new CA and password, and every scrape "
+            "of the tier would fail until its last host had them"
+        )
+
+    @property
+    def fix(self) -> str:
+        return (
+            f"restore {self.directory} from your backup, or point gpumon_tls_dir at the "
+            f"directory the tier was deployed with; to replace the tier's CA and password on "
+            f"purpose (or to switch TLS on again afresh after it was off), run once with "
+            f"-e {START_OVER}=true (scrapes fail while the hosts converge)"
+        )
+
+
+def described(bundle: str) -> tuple[str, ...]:
+    """Each certificate of a PEM bundle as "subject (SHA-256 fingerprint)"; one that does not
+    parse as "unparsable certificate"."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+
+    out = []
+    for block in _PEM.findall(bundle):
+        try:
+            cert = x509.load_pem_x509_certificate(block.encode())
+        except ValueError:
+            out.append("unparsable certificate")
+            continue
+        digest = cert.fingerprint(hashes.SHA256()).hex(":").upper()
+        out.append(f"{cert.subject.rfc4514_string()} (SHA-256 {digest})")
+    return tuple(out)
+
+
+def _own_and_unchanged(variables: Mapping[str, Any], host_ca: str) -> bool:
+    """The user's own CA and password: what the host trusts is what it would get again."""
+    given = variables.get("gpumon_tls_ca_cert")
+    if not given or not variables.get("gpumon_basic_auth_password"):
+        return False
+    host = str(variables.get("inventory_hostname", "?"))
+    pem = material.pem_or_path(given, host, "gpumon_tls_ca_cert", False)
+    return normal_pem(pem) == normal_pem(host_ca)
+
+
+def unknown_cas(hosts: Mapping[str, tuple[Mapping[str, Any], str | None]]) -> list[Unknown]:
+    """``host -> (its variables, the CA bundle its facts read, None: none)``: the hosts that
+    trust a CA of the tier their controller directory does not hold (see the module)."""
+    out = []
+    for host, (variables, host_ca) in hosts.items():
+        if (
+            host_ca is None
+            or not material.enabled(variables)
+            or truthy(variables.get(START_OVER, False))
+        ):
+            continue
+        d = material.tls_dir(variables)
+        if material.held_credentials(d) or _own_and_unchanged(variables, host_ca):
+            continue
+        out.append(Unknown(host, d, described(host_ca)))
+    return out
