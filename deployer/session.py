@@ -447,7 +447,7 @@ class DeploySession:
             unread = [h for h in gpu if h not in self.facts and h not in not_read]
             if unread:
                 self.gather_facts(unread, forks)
-        tls = [] if offline else self.tls_refusals()
+        tls = [] if offline else self.tls_refusals(forks)
         if not gpu:
             return tls
         # Every GPU host's variables and plan: alive together, all freed when the judging ends,
@@ -455,14 +455,36 @@ class DeploySession:
         with memory.collector_paused():
             return tls + self._judge(gpu, offline=offline, out_of_service=out_of_service)
 
-    def tls_refusals(self) -> list[rules.Refusal]:
-        """Hosts read so far that trust a CA of the tier their controller's ``gpumon_tls_dir``
-        does not hold (``deployer/tls/continuity.py``); what this process created in such a
-        directory is removed, so that the next run is refused as well."""
-        planner = self.load_content()
+    def tls_refusals(self, forks: int = DEFAULT_FORKS) -> list[rules.Refusal]:
+        """Hosts that trust a CA of the tier their controller's ``gpumon_tls_dir`` does not hold
+        (``deployer/tls/continuity.py``): those read so far and, when a selected host's directory
+        held none of the tier's credentials, every other host of that directory (their facts
+        read too, read-only: a run limited to a new host would otherwise hand it a new CA, and
+        the next full run every host). What this process created in such a directory is
+        removed, so that the next run is refused as well."""
+        fresh = {
+            d
+            for h in self.hosts
+            if (d := self._tls_dir_of(h)) is not None and not material.held_credentials(d)
+        }
+        if fresh:
+            not_read = self.not_read()
+            others = [
+                h
+                for h in self.inventory.hosts
+                if h not in self.facts and h not in not_read and self._tls_dir_of(h) in fresh
+            ]
+            if others:
+                self.gather_facts(others, forks)
+                for h in others:
+                    why = self.unreachable.pop(h, None) or self.unread.pop(h, None)
+                    if why is not None:
+                        print(f"NOTE {h}: the CA it trusts could not be read ({why}); the "
+                              "tier's TLS directory is judged on the other hosts",
+                              file=sys.stderr)  # fmt: skip
         found = continuity.unknown_cas(
             {
-                h: (planner.scope(h, ()), f.tls_ca_pem)
+                h: (self._tls_vars(h), f.tls_ca_pem)
                 for h, f in self.facts.items()
                 if f.tls_ca_pem is not None
             }
@@ -470,6 +492,20 @@ class DeploySession:
         for d in {u.directory for u in found}:
             material.discard_created(d)
         return [rules.Refusal(u.host, TLS_DIR_UNKNOWN, u.message, u.fix) for u in found]
+
+    def _tls_vars(self, host: str) -> Mapping[str, Any]:
+        """The host's variables as the tier's TLS material reads them: a read-only view, or
+        (when a TLS variable is a template) its rendered scope."""
+        planner = self.load_content()
+        v = planner.variables(host, ())
+        if any("{{" in str(v.get(k, "")) for k in material.DIRECTORY_VARS):
+            return planner.scope(host, ())
+        return v
+
+    def _tls_dir_of(self, host: str) -> Path | None:
+        """The controller directory of the host's TLS material (None: TLS off on the host)."""
+        v = self._tls_vars(host)
+        return material.tls_dir(v) if material.enabled(v) else None
 
     def _judge(self, gpu: list[str], *, offline: bool, out_of_service: bool) -> list[Any]:
         choices = {h: self.driver_choice(h) for h in gpu}

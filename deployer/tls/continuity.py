@@ -12,9 +12,11 @@ So, before anything is touched: a host whose facts show that it already trusts a
 of the tier's credentials when this run first looked at it (``material.held_credentials``),
 unless what the host trusts is exactly what it would get (your own CA, ``gpumon_tls_ca_cert``,
 with your own ``gpumon_basic_auth_password``), or ``gpumon_tls_start_over`` says to replace the
-CA and password on purpose. What the run created in such a directory is removed by the caller
-(``material.discard_created``), so that the next run is refused again rather than taking the new
-CA for the tier's.
+CA and password on purpose. The caller (deployer/session.py ``tls_refusals``) reads, read-only,
+the facts of every other host of a directory that held none, so that a run limited to a new host
+is judged on the CA the rest of the tier trusts. What the run created in such a directory is
+removed by the caller (``material.discard_created``), so that the next run is refused again
+rather than taking the new CA for the tier's.
 
 The file stays on a host when TLS is switched off, so a tier whose TLS was switched off and is
 switched on again from an empty directory is refused too: ``gpumon_tls_start_over`` says so.

@@ -74,6 +74,10 @@ def scheme(variables: Mapping[str, Any]) -> str:
     return "https" if enabled(variables) else "http"
 
 
+# The variables that say whether a host has TLS material and from which directory.
+DIRECTORY_VARS = ("gpumon_tls", "gpumon_tls_dir", "gpumon_tls_cluster")
+
+
 def tls_dir(variables: Mapping[str, Any]) -> Path:
     given = variables.get("gpumon_tls_dir")
     if given:

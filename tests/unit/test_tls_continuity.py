@@ -112,14 +112,33 @@ def test_status_reads_and_never_creates_the_tiers_credentials(tmp_path):
     assert not d.exists()
 
 
-def session_with_facts(tmp_path: Path, facts_ca: str | None, *extra: str) -> DeploySession:
+class ReadOnly:
+    """The hosts' facts as gather_facts would read them (each host's CA bundle, None: none),
+    and which hosts were read."""
+
+    def __init__(self, session: DeploySession, cas: dict[str, str | None]) -> None:
+        self.session, self.cas, self.read = session, cas, []
+
+    def __call__(self, hosts: list[str], forks: int = 0, first_reads: object = None) -> dict:
+        self.read += hosts
+        for h in hosts:
+            self.session.facts[h] = HostFacts(h, tls_ca_pem=self.cas.get(h))
+        return self.session.facts
+
+
+def session_with_facts(
+    tmp_path: Path, facts_ca: str | None, *extra: str, limit: str = "monitoring"
+) -> DeploySession:
+    """A session of the monitoring hosts (``limit``), their facts read with ``facts_ca``; the
+    GPU hosts' facts (if read) too."""
     inv = tmp_path / "inventory.yml"
     inv.write_text(INVENTORY)
     site = tmp_path / "site.yml"
     site.write_text(MONITORING_PLAYS)
-    session = DeploySession.load(RunOptions(inventory=inv, site=site, extra_vars=list(extra)))
-    session.hosts = [h for h in session.hosts if not h.startswith("gpu")]
-    session.facts = {h: HostFacts(h, tls_ca_pem=facts_ca) for h in session.hosts}
+    options = RunOptions(inventory=inv, site=site, extra_vars=list(extra), limit=limit)
+    session = DeploySession.load(options)
+    session.gather_facts = ReadOnly(session, dict.fromkeys(session.inventory.hosts, facts_ca))
+    session.gather_facts(session.hosts)
     return session
 
 
@@ -129,7 +148,8 @@ def test_up_is_refused_before_anything_is_touched_and_leaves_no_new_ca_behind(tm
     session = session_with_facts(tmp_path, trusted, "gpumon_tls=true", f"gpumon_tls_dir={lost}")
     assert (lost / "ca.key").exists()  # planning issued the certificates of a new CA
     refused = session.preflight(offline=False)
-    assert {r.host for r in refused} == {"prom01", "prom02", "mon01"}
+    # the monitoring hosts of the run, and the GPU hosts of the same directory, read for it
+    assert {r.host for r in refused} == {"prom01", "prom02", "mon01", "gpu01", "gpu02"}
     assert {r.rule for r in refused} == {"tls-dir-unknown"}
     assert not lost.exists()  # so the next run is refused too, not handed the new CA
 
@@ -145,3 +165,27 @@ def test_the_first_up_with_tls_goes_on(tmp_path):
     new = tmp_path / "new"
     session = session_with_facts(tmp_path, None, "gpumon_tls=true", f"gpumon_tls_dir={new}")
     assert session.preflight(offline=False) == [] and (new / "ca.key").exists()
+
+
+def test_a_run_limited_to_a_new_host_reads_the_ca_the_rest_of_the_tier_trusts(tmp_path):
+    """A new host added from a new controller: it trusts no CA yet, but the tier does."""
+    trusted = deployed_ca(tmp_path)
+    lost = tmp_path / "lost"
+    session = session_with_facts(
+        tmp_path, None, "gpumon_tls=true", f"gpumon_tls_dir={lost}", limit="mon01"
+    )
+    session.gather_facts.cas = {"prom01": trusted, "prom02": trusted}
+    refused = session.preflight(offline=False)
+    assert {r.host for r in refused} == {"prom01", "prom02"}
+    assert set(session.gather_facts.read) == {"mon01", "prom01", "prom02", "gpu01", "gpu02"}
+    assert not lost.exists()
+
+
+def test_a_directory_that_holds_the_credentials_reads_no_other_host(tmp_path):
+    trusted = deployed_ca(tmp_path)
+    own = tmp_path / "the-tiers-own"
+    session = session_with_facts(
+        tmp_path, trusted, "gpumon_tls=true", f"gpumon_tls_dir={own}", limit="mon01"
+    )
+    assert session.preflight(offline=False) == []
+    assert session.gather_facts.read == ["mon01"]
