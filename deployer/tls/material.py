@@ -56,6 +56,18 @@ _SIGHTS_LOCK = threading.Lock()  # not _LOCK: host_tls holds that one while it c
 # Files whose presence says the directory holds a tier's credentials: the product's CA, the
 # rotation record, or the password of a version that kept no record.
 CREDENTIAL_FILES = ("ca.crt", "rotation.json", "basic-auth-password")
+# Everything the product writes in a TLS directory: these names at its top (the CA and its key,
+# the passwords, the rotation record, the hash of a version before the record) and the files of
+# its own subdirectories (hosts' keys and certificates; the certificates hosts served, of your CA).
+PRODUCT_FILES = (
+    "ca.crt",
+    "ca.key",
+    "basic-auth-password",
+    "rotation.json",
+    "metrics-store-password",
+    "basic-auth-password.bcrypt",
+)
+PRODUCT_DIRS = ("hosts", "served")
 
 OFF: dict[str, Any] = {
     "enabled": False,
@@ -87,14 +99,22 @@ def tls_dir(variables: Mapping[str, Any]) -> Path:
 
 
 def _files(d: Path) -> frozenset[str] | None:
+    """The product's files in ``d`` (relative paths; None: no directory): its own names at the
+    top and what its own subdirectories hold. Nothing else of the directory is listed, nor ever
+    removed: a ``gpumon_tls_dir`` mistyped as a busy directory stays as others left it."""
     if not d.is_dir():
         return None
-    return frozenset(str(p.relative_to(d)) for p in d.rglob("*"))
+    out = {name for name in PRODUCT_FILES if (d / name).exists() or (d / name).is_symlink()}
+    for sub in PRODUCT_DIRS:
+        if (d / sub).is_dir() and not (d / sub).is_symlink():
+            out.add(sub)
+            out.update(f"{sub}/{p.name}" for p in (d / sub).iterdir())
+    return frozenset(out)
 
 
 def first_sight(d: Path) -> frozenset[str] | None:
-    """The files ``d`` held when this process first looked at it (None: it did not exist); a
-    directory not looked at yet is looked at now."""
+    """The product's files ``d`` held when this process first looked at it (None: it did not
+    exist); a directory not looked at yet is looked at now."""
     key = str(d)
     with _SIGHTS_LOCK:
         if key not in _SIGHTS:
@@ -109,18 +129,20 @@ def held_credentials(d: Path) -> bool:
 
 
 def discard_created(d: Path) -> list[str]:
-    """Remove what this process created in ``d`` since its first sight (the whole directory when
-    it did not exist), and forget what was computed from it; the paths removed, relative."""
-    seen = first_sight(d)
+    """Remove the product's files this process created in ``d`` since its first sight (and the
+    directory, when it did not exist then and holds nothing else now), and forget what was
+    computed from them; the paths removed, relative."""
+    seen = first_sight(d) or frozenset()
     now = _files(d) or frozenset()
-    created = sorted(now - (seen or frozenset()), key=lambda r: (-r.count("/"), r))
+    created = sorted(now - seen, key=lambda r: (-r.count("/"), r))  # a directory's files first
     for rel in created:
         p = d / rel
         if p.is_dir() and not p.is_symlink():
-            p.rmdir()  # deepest first: its files went before it
+            if not any(p.iterdir()):
+                p.rmdir()
         else:
             p.unlink(missing_ok=True)
-    if seen is None and d.is_dir() and not any(d.iterdir()):
+    if first_sight(d) is None and d.is_dir() and not any(d.iterdir()):
         d.rmdir()
     forget()
     return created

@@ -189,3 +189,16 @@ def test_a_directory_that_holds_the_credentials_reads_no_other_host(tmp_path):
     )
     assert session.preflight(offline=False) == []
     assert session.gather_facts.read == ["mon01"]
+
+
+def test_a_directory_mistyped_as_a_busy_one_loses_nothing_of_others(tmp_path):
+    """Only the product's own names are listed and removed: another program's file, made while
+    the run planned, stays."""
+    busy = tmp_path / "busy"
+    (busy / "hosts").mkdir(parents=True)
+    (busy / "hosts" / "someone-elses").write_text("x")
+    material.client(tier(busy))
+    (busy / "written-meanwhile").write_text("another program's\n")
+    removed = material.discard_created(busy)
+    assert "written-meanwhile" not in removed and (busy / "written-meanwhile").exists()
+    assert (busy / "hosts" / "someone-elses").exists() and not (busy / "ca.key").exists()
