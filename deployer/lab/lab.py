@@ -287,6 +287,11 @@ class Lab:
             return []
         hardware = sim.hardware_for(h.gpu_model, h.gpu_count, h.name, h.nvswitch, mig=h.mig)
         sim.prepare_root(files.merged, hardware)
+        # The host's PCI bus (a nspawn host sees the machine's own sysfs); not on the Vagrant
+        # tier, whose VMs get the hardware tree without units (vagrant.prepare_hardware)
+        from deployer.lab.gpusim import pci
+
+        pci.prepare_root(files.merged, hardware)
         return list(sim.nspawn_args(files.dir))
 
     # ------------------------------------------------------------ readiness and SSH

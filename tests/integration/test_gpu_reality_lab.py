@@ -262,6 +262,12 @@ def test_a_fresh_mig_host_converges_in_one_up(deployed, rlab, stack_vars):
        "'^(nvidia-|libnvidia-|libcuda|cuda-drivers|datacenter-gpu-manager)') >/dev/null; "
        "rm -f /etc/dcgm-exporter/gpumon-counters.csv /var/lib/gpumon/nvidia-driver.json; "
        "! command -v nvidia-smi")  # fmt: skip
+    # Without a driver the facts read the GPUs off the (simulated) PCI bus, as on bare metal
+    proc = gpumon("facts", "-i", str(rlab.inventory_path), "--limit", MIG_HOST, "--output", "json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout)["hosts"][MIG_HOST]
+    assert found["gpus"] == [] and found["nvidia_smi"] == "absent", found
+    assert (found["nvidia_pci_gpus"], found["nvidia_pci_gpu_ids"]) == (2, ["2330", "2330"]), found
     rc, report, err = up_json(rlab, "--limit", MIG_HOST, "--out-of-service", *stack_vars)
     assert rc == 0, err[-3000:]
     assert M("gr_engine_active") in sh(rlab, MIG_HOST, "cat /etc/dcgm-exporter/gpumon-counters.csv")

@@ -341,8 +341,8 @@ def facts_only_copy(lab: Lab, dest: Path, keep: tuple[str, ...]) -> Path:
 def test_status_holds_hosts_without_gpu_count_to_the_count_up_planned_from_facts(gpu_lab, tmp_path):
     keep = ("gpu05", "gpu06")  # 2 GPUs each (2xH100 with MIG on GPU 0, 2xL40S)
     inv = facts_only_copy(gpu_lab, tmp_path / "facts-only", keep)
-    # The lab simulates no PCI bus: its hosts show GPUs in facts once the simulated driver is
-    # in (nvidia-smi). A first converge with the lab's own inventory puts it there.
+    # The count comes from facts: nvidia-smi's once the driver is in, the (simulated) PCI bus's
+    # before. A first converge with the lab's own inventory puts the lab's driver there.
     # --out-of-service: another module may have left a GPU host's driver elsewhere (no GPU work)
     code, _, err = up_json(gpu_lab, "--limit", ":".join(keep), "--out-of-service", *LAB_VERSIONS)
     assert code == 0, err[-4000:]
