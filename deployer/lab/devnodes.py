@@ -12,8 +12,9 @@ goes INVAL). Lab only; the GPU simulation itself (``deployer.lab.gpusim``) is no
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from deployer.lab import boot_units
 
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
@@ -57,12 +58,4 @@ def prepare_root(root: Path, gpu_count: int) -> None:
     listing = root / LIST
     listing.parent.mkdir(parents=True, exist_ok=True)
     listing.write_text(tmpfiles_lines(gpu_count))
-    unit = root / "etc/systemd/system" / UNIT
-    unit.parent.mkdir(parents=True, exist_ok=True)
-    unit.write_text(unit_text())
-    wants = root / "etc/systemd/system/sysinit.target.wants"
-    wants.mkdir(parents=True, exist_ok=True)
-    link = wants / UNIT
-    if not link.is_symlink():
-        link.unlink(missing_ok=True)
-        os.symlink(f"/etc/systemd/system/{UNIT}", link)
+    boot_units.install(root, UNIT, unit_text())

@@ -20,9 +20,10 @@ Lab only, never a product default.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
+
+from deployer.lab import boot_units
 
 UNIT = "gpusim-pci-bus.service"
 SCRIPT = "usr/lib/gpusim/pci-bus"
@@ -100,12 +101,4 @@ def prepare_root(root: Path, hardware: dict[str, Any]) -> None:
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(bus_script(hardware))
     script.chmod(0o755)
-    unit = root / "etc/systemd/system" / UNIT
-    unit.parent.mkdir(parents=True, exist_ok=True)
-    unit.write_text(unit_text())
-    wants = root / "etc/systemd/system/sysinit.target.wants"
-    wants.mkdir(parents=True, exist_ok=True)
-    link = wants / UNIT
-    if not link.is_symlink():
-        link.unlink(missing_ok=True)
-        os.symlink(f"/etc/systemd/system/{UNIT}", link)
+    boot_units.install(root, UNIT, unit_text())
