@@ -47,8 +47,8 @@ MIN_VERSION = "TLS12"
 
 _LOCK = threading.Lock()
 _CACHE: dict[tuple[Any, ...], dict[str, Any]] = {}
-# What each TLS directory held when this process first looked at it (its files, relative; None:
-# the directory did not exist), before anything of this process wrote there: whether it held the
+# What each TLS directory held when this process first looked at it (the product's files in it,
+# relative; None: no directory), before anything of this process wrote there: whether it held the
 # tier's credentials then (deployer/tls/continuity.py), and what to remove when a run that
 # created them is refused.
 _SIGHTS: dict[str, frozenset[str] | None] = {}
