@@ -75,6 +75,16 @@ class WallClock:
         return time.time() - time.monotonic() - self._offset
 
 
+def invocation(lab: Lab, host: str, unit: str) -> str:
+    """``unit``'s systemd InvocationID on ``host``: new on every start, kept by a reload. How a
+    test tells a restart; not ``process_start_time_seconds``, which client_golang computes from
+    /proc/stat's whole-second ``btime`` and which moved by exactly 1.00 s on four replicas at once
+    in a CI run with no restart (prometheus/client_golang#289)."""
+    r = lab.ssh(host, f"systemctl show -p InvocationID --value {unit}.service")
+    assert r.returncode == 0 and r.stdout.strip(), (host, unit, r.stderr)
+    return r.stdout.strip()
+
+
 def write_ssh_config(lab: Lab, path: Path) -> Path:
     """An OpenSSH client config for testinfra: the lab's key and known_hosts, strict checking."""
     lines = []

@@ -39,6 +39,7 @@ from deployer.monitoring.http import http_fetch
 from tests.integration.labtools import (
     WebhookReceiver,
     alerting_vars,
+    invocation,
     lab_named_by,
     run_cli,
     wait_until,
@@ -227,17 +228,9 @@ def test_config_changes_reload_without_a_restart(deployed, mlab, inventory, stac
         "alertmanager": "alertmanager_config_last_reload_success_timestamp_seconds",
     }
 
-    def invocation(daemon: str) -> str:
-        """systemd's InvocationID: new on every start, kept by a reload (not
-        process_start_time_seconds, which moves with /proc/stat's btime: client_golang#289)."""
-        host, unit = daemon.split(":")
-        r = mlab.ssh(host, f"systemctl show -p InvocationID --value {unit}.service")
-        assert r.returncode == 0 and r.stdout.strip(), (daemon, r.stderr)
-        return r.stdout.strip()
-
     def snapshot() -> dict[str, tuple[str, float]]:
         return {
-            d: (invocation(d), self_metric(u, reload_metric[d.split(":")[1]]))
+            d: (invocation(mlab, *d.split(":")), self_metric(u, reload_metric[d.split(":")[1]]))
             for d, u in daemons.items()
         }
 

@@ -44,7 +44,7 @@ from deployer.lab.lab import for_lab_name
 from deployer.lab.topology import load_topology
 from deployer.monitoring.http import http_fetch
 from deployer.monitoring.remote_write import seconds
-from tests.integration.labtools import CLI, run_cli, wait_until
+from tests.integration.labtools import CLI, invocation, run_cli, wait_until
 
 pytestmark = pytest.mark.lab
 
@@ -483,25 +483,16 @@ class ScrapeWatch(threading.Thread):
             self.polls += 1
 
 
-def _invocations(slab: Lab, hosts: list[str]) -> dict[str, str]:
-    """Each replica's systemd invocation: a new one on every start, the same across reloads.
-    Not ``process_start_time_seconds``, which client_golang computes from /proc/stat's whole-second
-    ``btime`` and which moved by exactly 1.00 s on all four replicas at once in a CI run with no
-    restart (prometheus/client_golang#289, "Process start time varies over time")."""
-    out = {}
-    for host in hosts:
-        r = slab.ssh(host, "systemctl show -p InvocationID --value prometheus.service")
-        assert r.returncode == 0 and r.stdout.strip(), (host, r.stderr)
-        out[host] = r.stdout.strip()
-    return out
-
-
 def test_a_reshard_is_one_up_that_leaves_no_target_unscraped_and_restarts_no_replica(
     slab: Lab, inventory: Path, deployed: None, tmp_path_factory: pytest.TempPathFactory
 ):
     urls = replicas(slab)
     before = settled_split(slab)
-    started = _invocations(slab, sorted(urls))
+
+    def invocations() -> dict[str, str]:
+        return {h: invocation(slab, h, "prometheus") for h in urls}
+
+    started = invocations()
     data = yaml.safe_load(inventory.read_text())
     data["all"]["vars"]["prometheus_shard_by"] = "rack"  # racks r1 and r2 each to one shard
     where = tmp_path_factory.mktemp("by-rack")
@@ -531,4 +522,4 @@ def test_a_reshard_is_one_up_that_leaves_no_target_unscraped_and_restarts_no_rep
     for shard in ("a", "b"):
         assert len({racks[g] for g in after[shard]["dcgm"]}) <= 1, after  # a rack stays together
     assert after != before  # hosts did move
-    assert _invocations(slab, sorted(urls)) == started  # no replica restarted
+    assert invocations() == started  # no replica restarted
