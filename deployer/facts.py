@@ -3,8 +3,8 @@
 OS family, version, architecture and kernel; GPUs (NVIDIA functions on the PCI bus, then
 ``nvidia-smi`` when present); the NVIDIA driver version installed (package), loaded
 (``/proc/driver/nvidia/version``) and seen by ``nvidia-smi``, with a mismatch flagged as "reboot
-required"; DCGM, dcgm-exporter and fabric manager package versions; NVSwitch presence; the CA bundle the
-tier's clients on the host trust (``/etc/gpumon/tls/ca.pem``, when the tier's TLS reached it).
+required"; DCGM, dcgm-exporter and fabric manager package versions; NVSwitch presence; the CA
+bundle the tier's clients on the host trust (``/etc/gpumon/tls/ca.pem``, when TLS reached it).
 
 What nvidia-smi and /proc print is read as real hosts print it (tests/contract/test_facts.py runs
 this script on the captures of ../shared/gpu_reality_fixtures): ``[N/A]`` memory or MIG mode on
@@ -88,9 +88,9 @@ if command -v rpm >/dev/null 2>&1; then
   rpm -qa --qf '%{NAME}\t%{VERSION}-%{RELEASE}\tii \n' 2>/dev/null | grep -E '^(nvidia-|cuda-drivers|datacenter-gpu-manager)'
 fi
 echo '@@tls_ca'
-if [ -r /etc/gpumon/tls/ca.pem ]; then
+if [ -r @HOST_CA_FILE@ ]; then
   echo present
-  while IFS= read -r l || [ -n "$l" ]; do printf '%s\n' "$l"; done < /etc/gpumon/tls/ca.pem
+  while IFS= read -r l || [ -n "$l" ]; do printf '%s\n' "$l"; done < @HOST_CA_FILE@
 fi
 echo '@@nvswitch'
 n=0
@@ -98,9 +98,11 @@ for x in "$procfs"/driver/nvidia-nvswitch/devices/*; do [ -e "$x" ] && n=$((n+1)
 echo "$n"
 true
 """
-FACTS_SCRIPT = FACTS_SCRIPT.replace(
-    "@STATUS_NAMES@", " ".join(f"-e 'Package: {n}'" for n in _DPKG_NAMES)
-).replace("@DPKG_PATTERNS@", " ".join(f"'{n}*'" for n in _DPKG_NAMES))
+FACTS_SCRIPT = (
+    FACTS_SCRIPT.replace("@STATUS_NAMES@", " ".join(f"-e 'Package: {n}'" for n in _DPKG_NAMES))
+    .replace("@DPKG_PATTERNS@", " ".join(f"'{n}*'" for n in _DPKG_NAMES))
+    .replace("@HOST_CA_FILE@", HOST_CA_FILE)
+)
 
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Wed Apr 29 ..." (proprietary, both
 # lines of driver-misc/proc-driver-nvidia-version.txt) and "NVRM version: NVIDIA UNIX Open Kernel

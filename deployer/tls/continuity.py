@@ -50,10 +50,10 @@ class Unknown:
     def message(self) -> str:
         return (
             f"it trusts the tier's CA {', '.join(self.trusted) or '(unreadable)'} "
-            f"({material.HOST_CA_FILE}, written while gpumon_tls was on), but gpumon_tls_dir {self.directory} held no CA, "
-            "password or rotation record when this run began (a new controller, a lost or "
-            "mistyped directory): the run would push a new CA and password, and every scrape "
-            "of the tier would fail until its last host had them"
+            f"({material.HOST_CA_FILE}, written while gpumon_tls was on), but gpumon_tls_dir "
+            f"{self.directory} held no CA, password or rotation record when this run began (a "
+            "new controller, a lost or mistyped directory): the run would push a new CA and "
+            "password, and every scrape of the tier would fail until its last host had them"
         )
 
     @property
