@@ -462,17 +462,28 @@ class DeploySession:
         read too, read-only: a run limited to a new host would otherwise hand it a new CA, and
         the next full run every host). What this process created in such a directory is
         removed, so that the next run is refused as well."""
+        variables: dict[str, Mapping[str, Any]] = {}  # each host's, read once for this check
+
+        def tls_vars(host: str) -> Mapping[str, Any]:
+            if host not in variables:
+                variables[host] = self._tls_vars(host)
+            return variables[host]
+
+        def tls_dir(host: str) -> Path | None:
+            v = tls_vars(host)
+            return material.tls_dir(v) if material.enabled(v) else None
+
         fresh = {
             d
             for h in self.hosts
-            if (d := self._tls_dir_of(h)) is not None and not material.held_credentials(d)
+            if (d := tls_dir(h)) is not None and not material.held_credentials(d)
         }
         if fresh:
             not_read = self.not_read()
             others = [
                 h
                 for h in self.inventory.hosts
-                if h not in self.facts and h not in not_read and self._tls_dir_of(h) in fresh
+                if h not in self.facts and h not in not_read and tls_dir(h) in fresh
             ]
             if others:
                 self.gather_facts(others, forks)
@@ -484,7 +495,7 @@ class DeploySession:
                               file=sys.stderr)  # fmt: skip
         found = continuity.unknown_cas(
             {
-                h: (self._tls_vars(h), f.tls_ca_pem)
+                h: (tls_vars(h), f.tls_ca_pem)
                 for h, f in self.facts.items()
                 if f.tls_ca_pem is not None
             }
@@ -501,11 +512,6 @@ class DeploySession:
         if any("{{" in str(v.get(k, "")) for k in material.DIRECTORY_VARS):
             return planner.scope(host, ())
         return v
-
-    def _tls_dir_of(self, host: str) -> Path | None:
-        """The controller directory of the host's TLS material (None: TLS off on the host)."""
-        v = self._tls_vars(host)
-        return material.tls_dir(v) if material.enabled(v) else None
 
     def _judge(self, gpu: list[str], *, offline: bool, out_of_service: bool) -> list[Any]:
         choices = {h: self.driver_choice(h) for h in gpu}
