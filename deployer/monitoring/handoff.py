@@ -141,7 +141,9 @@ def previous(variables: Mapping[str, Any], wanted: Layout) -> Layout | None:
         if seen is None or seen.groups is not groups:
             # the first replica, or another inventory's planning (a pass not settled or
             # forgotten): not this one's
-            seen = _SEEN[path] = _Seen(_read(path), wanted, interval, groups)
+            read = _read(path)
+            _refuse_another_tiers(variables, path, read, wanted)
+            seen = _SEEN[path] = _Seen(read, wanted, interval, groups)
         elif seen.wanted != wanted or seen.wanted.replicas != wanted.replicas:
             raise InputError(
                 f"host {variables.get('inventory_hostname', '?')}: two Prometheus tiers record "
@@ -153,6 +155,31 @@ def previous(variables: Mapping[str, Any], wanted: Layout) -> Layout | None:
             seen.interval_s = max(seen.interval_s, interval)
         recorded = seen.read
     return recorded if recorded is not None and recorded != wanted else None
+
+
+def _refuse_another_tiers(
+    variables: Mapping[str, Any], path: Path, read: Layout | None, wanted: Layout
+) -> None:
+    """A record of another layout, written by replicas none of which is one of this tier's, is
+    another tier's: two inventories without ``cluster`` on one controller share the default
+    record, and the layout one recorded would be handed over from by the other, whose replicas
+    never had it (a host the recorded layout did not give its real old owner is let go before
+    its new owner scrapes it). Refused before anything is written (templates are rendered when
+    the run is planned). The same layout hands nothing over, so a pair replaced whole by another
+    still takes the record over; a record of no replicas (an older release's) cannot tell and is
+    read as before."""
+    if read is None or read == wanted or not read.replicas or not wanted.replicas:
+        return
+    if set(read.replicas) & set(wanted.replicas):
+        return
+    raise InputError(
+        f"host {variables.get('inventory_hostname', '?')}: the shard layout record {path} is "
+        f"another tier's ({_said(read)}); this tier is {_said(wanted)}. Give each tier its own "
+        f"record: set `cluster` (the default record is named by prometheus_group and cluster) or "
+        f"{RECORD_VAR}. If every replica of this tier replaced those, remove the record: the "
+        "next up then hands nothing over",
+        key=RECORD_VAR,
+    )
 
 
 def _said(layout: Layout) -> str:

@@ -219,6 +219,39 @@ def test_two_tiers_given_one_record_are_refused_naming_it(tmp_path):
     assert not given.exists()
 
 
+def test_another_tiers_record_is_refused_before_anything_is_planned(tmp_path):
+    # Two inventories that set the same cluster (or none) share the default record: the second
+    # tier would hand over from a layout its replicas never had.
+    converged(tmp_path, TWO)
+    record = next((tmp_path / "records").iterdir())
+    kept = record.read_text()
+    with pytest.raises(InputError) as refused:
+        dcgm_hosts(tmp_path, {"prom11": "", "prom12": ""})
+    said = str(refused.value)
+    assert refused.value.key == handoff.RECORD_VAR and str(record) in said
+    assert "another tier's (shards a, b of prom01, prom02, prom03, prom04)" in said
+    assert "this tier is one pair of prom11, prom12" in said and "set `cluster`" in said
+    assert record.read_text() == kept
+
+
+def test_up_with_another_tiers_record_exits_2_before_connecting(tmp_path, monkeypatch):
+    converged(tmp_path, TWO)
+    (tmp_path / "inventory.yml").write_text(inventory({"prom11": "a", "prom12": "a"}))
+    monkeypatch.chdir(tmp_path)
+    connected = []
+    monkeypatch.setattr(DeploySession, "gather_facts", lambda self, *a, **k: connected.append(a))
+    result = CliRunner().invoke(cli.cli, ["up", "-i", "inventory.yml", "--site", "site.yml"])
+    assert result.exit_code == 2, result.output
+    assert "another tier's" in result.output and connected == []
+
+
+def test_a_tier_that_keeps_one_of_its_replicas_hands_over_as_before(tmp_path):
+    # replicas replaced in the same up as a re-shard: while one stays, the record is this tier's
+    before = converged(tmp_path, TWO)
+    during = dcgm_hosts(tmp_path, {"prom01": "a", "prom07": "a", "prom08": "c", "prom09": "c"})
+    assert handoff.handing_over() and during["prom01"] >= before["prom01"]
+
+
 def test_an_unreadable_record_is_refused_naming_it(tmp_path):
     converged(tmp_path, TWO)
     record = next((tmp_path / "records").iterdir())
