@@ -46,6 +46,19 @@ def test_the_first_look_settles_on_the_asked_credential_in_a_0600_record(tmp_pat
     assert stat.S_IMODE((tmp_path / rotation.RECORD).stat().st_mode) == 0o600
 
 
+def test_your_own_ca_and_password_from_a_directory_not_made_yet_create_it_0700(tmp_path):
+    # nothing else of the product is made there first: the record is the directory's first file
+    own = ca.ensure_ca(tmp_path / "mine").cert_pem
+    (tmp_path / "ca.pem").write_text(own)
+    d = tmp_path / "not" / "made"
+    v = {"gpumon_tls": True, "gpumon_tls_dir": str(d), "inventory_hostname": "prom01",
+         "gpumon_tls_ca_cert": str(tmp_path / "ca.pem"), "gpumon_basic_auth_password": OLD}  # fmt: skip
+    client = material.client(v)
+    assert client is not None and client["password"] == OLD
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    assert stat.S_IMODE((d / rotation.RECORD).stat().st_mode) == 0o600
+
+
 def test_the_hash_of_an_earlier_release_is_kept(tmp_path):
     kept = password_hash(OLD, tmp_path / rotation.LEGACY_HASH)
     assert look(tmp_path, OLD).accepted == {"gpumon": kept}
