@@ -498,7 +498,10 @@ class DeploySession:
                 h: (tls_vars(h), f.tls_ca_pem)
                 for h, f in self.facts.items()
                 if f.tls_ca_pem is not None
-            }
+            },
+            lambda group: (
+                group in self.inventory.groups and bool(self.inventory.group_hosts(group))
+            ),
         )
         for d in {u.directory for u in found}:
             material.discard_created(d)

@@ -87,6 +87,31 @@ def test_your_own_ca_and_password_unchanged_are_not_refused_but_a_new_password_i
     assert found.host == "gpu01"
 
 
+def test_with_a_long_term_store_your_own_ca_and_password_also_need_the_stores(tmp_path):
+    """The tier makes the store's password too: a new one would have the store refuse the
+    replicas' writes (Prometheus drops a batch answered 401) until every replica had it."""
+    own = ca.ensure_ca(tmp_path / "mine").cert_pem
+    (tmp_path / "ca.pem").write_text(own)
+    given = tier(
+        tmp_path / "new",
+        gpumon_tls_ca_cert=str(tmp_path / "ca.pem"),
+        gpumon_basic_auth_password="pw-kept-1234",
+    )
+
+    def store(group: str) -> bool:
+        return group == "metrics_store"
+
+    [found] = continuity.unknown_cas({"prom01": (given, own)}, store)
+    assert found.store_only and "metrics_store_password" in found.message
+    assert "refuse the replicas' writes" in found.message
+    kept = {**given, "metrics_store_password": "store-pw-kept-5678"}
+    assert continuity.unknown_cas({"prom01": (kept, own)}, store) == []
+    no_auth = {**given, "metrics_store_username": ""}
+    assert continuity.unknown_cas({"prom01": (no_auth, own)}, store) == []
+    elsewhere = {**given, "metrics_store_group": "vm"}  # a store group with no host
+    assert continuity.unknown_cas({"prom01": (elsewhere, own)}, store) == []
+
+
 def test_what_the_run_created_in_a_new_directory_is_removed_whole(tmp_path):
     d = tmp_path / "secrets" / "tls" / "default"
     assert material.client(tier(d)) is not None and (d / "ca.key").exists()
@@ -127,12 +152,16 @@ class ReadOnly:
 
 
 def session_with_facts(
-    tmp_path: Path, facts_ca: str | None, *extra: str, limit: str = "monitoring"
+    tmp_path: Path,
+    facts_ca: str | None,
+    *extra: str,
+    limit: str = "monitoring",
+    inventory: str = INVENTORY,
 ) -> DeploySession:
     """A session of the monitoring hosts (``limit``), their facts read with ``facts_ca``; the
     GPU hosts' facts (if read) too."""
     inv = tmp_path / "inventory.yml"
-    inv.write_text(INVENTORY)
+    inv.write_text(inventory)
     site = tmp_path / "site.yml"
     site.write_text(MONITORING_PLAYS)
     options = RunOptions(inventory=inv, site=site, extra_vars=list(extra), limit=limit)
@@ -179,6 +208,31 @@ def test_a_run_limited_to_a_new_host_reads_the_ca_the_rest_of_the_tier_trusts(tm
     assert {r.host for r in refused} == {"prom01", "prom02"}
     assert set(session.gather_facts.read) == {"mon01", "prom01", "prom02", "gpu01", "gpu02"}
     assert not lost.exists()
+
+
+def test_up_with_your_own_ca_and_password_and_a_store_is_refused_for_the_stores(tmp_path):
+    mine = ca.ensure_ca(tmp_path / "mine")
+    own = mine.cert_pem
+    (tmp_path / "ca.pem").write_text(own)
+    issued = ca.issue_host(mine, tmp_path / "mine", "any", ["any"], days=30, renew_days=7)
+    (tmp_path / "host.pem").write_text(issued.cert_pem)
+    (tmp_path / "host.key").write_text(issued.key_pem)
+    (tmp_path / "host.key").chmod(0o600)
+    new = tmp_path / "new"
+    settings = ("gpumon_tls=true", f"gpumon_tls_dir={new}", f"gpumon_tls_ca_cert={tmp_path}/ca.pem",
+                f"gpumon_tls_cert={tmp_path}/host.pem", f"gpumon_tls_private_key={tmp_path}/host.key",
+                "gpumon_basic_auth_password=pw-kept-1234")  # fmt: skip
+    inv = INVENTORY + "    metrics_store:\n      hosts: {mon01: {}}\n"
+    session = session_with_facts(tmp_path, own, *settings, inventory=inv)
+    refused = session.preflight(offline=False)
+    assert {r.host for r in refused} == {"prom01", "prom02", "mon01", "gpu01", "gpu02"}
+    assert all("long-term store" in r.message for r in refused)
+    material._SIGHTS.clear()
+    material.forget()
+    given = session_with_facts(
+        tmp_path, own, *settings, "metrics_store_password=store-pw-5678", inventory=inv
+    )
+    assert given.preflight(offline=False) == []
 
 
 def test_a_directory_that_holds_the_credentials_reads_no_other_host(tmp_path):
