@@ -14,9 +14,10 @@ unless what the host trusts is exactly what it would get (your own CA, ``gpumon_
 with your own ``gpumon_basic_auth_password``, and, where the inventory has a long-term store
 whose credential the tier makes, your own ``metrics_store_password``: a new one would have the
 store refuse the replicas' writes, and Prometheus drops a batch answered 401, until the last
-replica had it), or ``gpumon_tls_start_over`` says to replace the CA and password on purpose. The caller (deployer/session.py ``tls_refusals``) reads, read-only,
-the facts of every other host of a directory that held none, so that a run limited to a new host
-is judged on the CA the rest of the tier trusts. What the run created in such a directory is
+replica had it), or ``gpumon_tls_start_over`` says to replace the CA and password on purpose.
+The caller (deployer/session.py ``tls_refusals``) reads, read-only, the facts of every other
+host of a directory that held none, so that a run limited to a new host is judged on the CA the
+rest of the tier trusts. What the run created in such a directory is
 removed by the caller (``material.discard_created``), so that the next run is refused again
 rather than taking the new CA for the tier's.
 
