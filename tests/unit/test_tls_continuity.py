@@ -219,9 +219,14 @@ def test_up_with_your_own_ca_and_password_and_a_store_is_refused_for_the_stores(
     (tmp_path / "host.key").write_text(issued.key_pem)
     (tmp_path / "host.key").chmod(0o600)
     new = tmp_path / "new"
-    settings = ("gpumon_tls=true", f"gpumon_tls_dir={new}", f"gpumon_tls_ca_cert={tmp_path}/ca.pem",
-                f"gpumon_tls_cert={tmp_path}/host.pem", f"gpumon_tls_private_key={tmp_path}/host.key",
-                "gpumon_basic_auth_password=pw-kept-1234")  # fmt: skip
+    settings = (
+        "gpumon_tls=true",
+        f"gpumon_tls_dir={new}",
+        f"gpumon_tls_ca_cert={tmp_path}/ca.pem",
+        f"gpumon_tls_cert={tmp_path}/host.pem",
+        f"gpumon_tls_private_key={tmp_path}/host.key",
+        "gpumon_basic_auth_password=pw-kept-1234",
+    )
     inv = INVENTORY + "    metrics_store:\n      hosts: {mon01: {}}\n"
     session = session_with_facts(tmp_path, own, *settings, inventory=inv)
     refused = session.preflight(offline=False)

@@ -51,8 +51,13 @@ def test_your_own_ca_and_password_from_a_directory_not_made_yet_create_it_0700(t
     own = ca.ensure_ca(tmp_path / "mine").cert_pem
     (tmp_path / "ca.pem").write_text(own)
     d = tmp_path / "not" / "made"
-    v = {"gpumon_tls": True, "gpumon_tls_dir": str(d), "inventory_hostname": "prom01",
-         "gpumon_tls_ca_cert": str(tmp_path / "ca.pem"), "gpumon_basic_auth_password": OLD}  # fmt: skip
+    v = {
+        "gpumon_tls": True,
+        "gpumon_tls_dir": str(d),
+        "inventory_hostname": "prom01",
+        "gpumon_tls_ca_cert": str(tmp_path / "ca.pem"),
+        "gpumon_basic_auth_password": OLD,
+    }
     client = material.client(v)
     assert client is not None and client["password"] == OLD
     assert stat.S_IMODE(d.stat().st_mode) == 0o700
