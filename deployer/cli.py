@@ -9,6 +9,7 @@ prints is masked (deployer/secrets.py); the libraries' logging shows only with -
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
@@ -20,7 +21,7 @@ from typing import Any
 
 import click
 
-from deployer import __version__, init_inventory, library_logs
+from deployer import __version__, init_inventory, library_logs, run_lock
 from deployer import restore as restore_mod
 from deployer.errors import InputError
 from deployer.facts import HostFacts
@@ -199,21 +200,6 @@ def _tags(text: str) -> frozenset[str]:
     return frozenset(t.strip() for t in text.split(",") if t.strip())
 
 
-def merged(reports: list[RunReport]) -> RunReport:
-    """One report of an ``up``'s passes: every host's tasks of every pass, in order."""
-    if len(reports) == 1:
-        return reports[0]
-    out = RunReport(check_mode=reports[0].check_mode, started=reports[0].started)
-    for r in reports:
-        for name, h in r.hosts.items():
-            mine = out.host(name)
-            mine.tasks += h.tasks
-            mine.unreachable = mine.unreachable or h.unreachable
-            mine.failed = mine.failed or h.failed
-        out.finished = r.finished
-    return out
-
-
 @cli.command()
 @inventory_options
 @converge_options
@@ -253,6 +239,25 @@ def up(
         roles_path=list(roles_path),
     )
     whole = limit is None and not tags and not skip_tags and not check_mode
+    with contextlib.nullcontext() if check_mode else run_lock.changing(inventory, "up"):
+        reports = _up_passes(options, whole, check_mode, diff, forks, out_of_service,
+                             allow_ha_degraded)  # fmt: skip
+    report = RunReport.merged(reports)
+    if output == "json":
+        write_json(report, sys.stdout)
+    sys.exit(report.exit_code)
+
+
+def _up_passes(
+    options: RunOptions,
+    whole: bool,
+    check_mode: bool,
+    diff: bool,
+    forks: int,
+    out_of_service: bool,
+    allow_ha_degraded: bool,
+) -> list[RunReport]:
+    """``up``'s passes: one, or one per step of a rotation or re-shard under way."""
     reports = []
     # A rotation of gpumon_tls' credential or CA (deployer/tls/rotation.py) takes one pass per
     # step, a re-shard (deployer/monitoring/handoff.py) one more: each pass begun only after the
@@ -298,10 +303,7 @@ def up(
         rotating = any(rotation.step_of(d) != rotation.SETTLED for d in under_way)
         if not rotating and not handed_over:
             break
-    report = merged(reports)
-    if output == "json":
-        write_json(report, sys.stdout)
-    sys.exit(report.exit_code)
+    return reports
 
 
 @cli.command()
@@ -632,7 +634,9 @@ def upgrade_driver(
     req = UpgradeRequest(
         inventory=inventory, to=to, options=options, resume=resume, check=check_mode, output=output
     )
-    sys.exit(run_upgrade(req))
+    with contextlib.nullcontext() if check_mode else run_lock.changing(inventory, "upgrade-driver"):
+        code = run_upgrade(req)
+    sys.exit(code)
 
 
 @cli.command("restore")
@@ -674,16 +678,17 @@ def restore(
     ):
         click.echo("nothing was changed", err=True)
         sys.exit(EXIT_INPUT)
-    try:
-        conn = session.pool.get(chosen)
+    with run_lock.changing(inventory, "restore"):
+        try:
+            conn = session.pool.get(chosen)
 
-        def run(cmd: str, timeout: float) -> tuple[int, str]:
-            result = conn.run(cmd, timeout=timeout)
-            return result.rc, result.stdout + result.stderr
+            def run(cmd: str, timeout: float) -> tuple[int, str]:
+                result = conn.run(cmd, timeout=timeout)
+                return result.rc, result.stdout + result.stderr
 
-        results = restore_mod.execute(the_plan, run, lambda m: click.echo(m, err=True))
-    finally:
-        session.pool.close_all()
+            results = restore_mod.execute(the_plan, run, lambda m: click.echo(m, err=True))
+        finally:
+            session.pool.close_all()
     ok = all(r.ok for r in results) and len(results) == len(the_plan.steps)
     click.echo(
         f"{chosen}: restored from {the_plan.source}"

@@ -107,6 +107,22 @@ class RunReport:
             self.hosts[name] = HostReport(name)
         return self.hosts[name]
 
+    @classmethod
+    def merged(cls, reports: list[RunReport]) -> RunReport:
+        """One report of a command's passes (``up``'s): every host's tasks of every pass, in
+        order; a host failed or unreachable in any pass is so in the whole."""
+        if len(reports) == 1:
+            return reports[0]
+        out = cls(check_mode=reports[0].check_mode, started=reports[0].started)
+        for r in reports:
+            for name, h in r.hosts.items():
+                mine = out.host(name)
+                mine.tasks += h.tasks
+                mine.unreachable = mine.unreachable or h.unreachable
+                mine.failed = mine.failed or h.failed
+            out.finished = r.finished
+        return out
+
     @property
     def ok(self) -> bool:
         return not any(h.failed or h.unreachable for h in self.hosts.values())

@@ -41,16 +41,21 @@ def lab() -> Iterator[Lab]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _shard_layout_records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Re-shard records (deployer/monitoring/handoff.py) of this test session only: a layout
-    recorded by an earlier session, or by a user of this machine, never hands over here. Every
-    ``gpumon-deploy`` a test starts inherits it."""
+def _controller_state_of_this_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Re-shard records (deployer/monitoring/handoff.py) and run locks (deployer/run_lock.py) of
+    this test session only: a layout recorded by an earlier session, or by a user of this
+    machine, never hands over here, and no lock of theirs refuses a run here. Every
+    ``gpumon-deploy`` a test starts inherits them."""
+    from deployer import run_lock
     from deployer.monitoring import handoff
 
-    before = os.environ.get(handoff.RECORD_DIR_ENV)
-    os.environ[handoff.RECORD_DIR_ENV] = str(tmp_path_factory.mktemp("shard-records"))
+    names = (handoff.RECORD_DIR_ENV, run_lock.LOCK_DIR_ENV)
+    before = {name: os.environ.get(name) for name in names}
+    for name in names:
+        os.environ[name] = str(tmp_path_factory.mktemp(name.lower()))
     yield
-    if before is None:
-        os.environ.pop(handoff.RECORD_DIR_ENV, None)
-    else:
-        os.environ[handoff.RECORD_DIR_ENV] = before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
