@@ -78,7 +78,9 @@ def _create(p: Path) -> str:
 
 
 def write_private(path: Path, data: bytes, mode: int) -> None:
-    """Atomically: a temporary file in the same directory, ``mode`` before any byte, renamed."""
+    """Atomically: a temporary file in the same directory, ``mode`` before any byte, renamed.
+    The directory is made (0700) when it is missing: a private file lives in a private one."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     try:

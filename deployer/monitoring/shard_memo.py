@@ -20,6 +20,7 @@ The file holds host names and shard names, no secret.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -76,11 +77,10 @@ def read(path: Path, names: Sequence[str]) -> dict[str, int]:
 def write(path: Path, names: Sequence[str], known: dict[str, int]) -> None:
     data = {"format": FORMAT, "shards": list(names), "keys": list(known),
             "shard": list(known.values())}  # fmt: skip
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # A directory that cannot be written: the next run hashes again (the same assignment, a
+    # second or so later).
+    with contextlib.suppress(OSError):
         write_private(path, json.dumps(data, separators=(",", ":")).encode(), 0o600)
-    except OSError:
-        pass  # the next run hashes again: the same assignment, a second or so later
 
 
 def assign(keys: Sequence[str], shard_names: Sequence[str], compute: Compute) -> dict[str, str]:

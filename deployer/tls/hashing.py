@@ -42,6 +42,5 @@ def password_hash(password: str, record: Path) -> str:
         if verifies(password, kept):
             return kept
     hashed = new_hash(password)
-    record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_private(record, (hashed + "\n").encode(), 0o600)
     return hashed

@@ -300,7 +300,6 @@ def _own(variables: Mapping[str, Any], host: str, d: Path, v: rotation.View) -> 
         return kept[cut:], kept[:cut]
     record = (key_pem + cert_pem).encode()
     if not served.exists() or read_private(served) != record:
-        served.parent.mkdir(mode=0o700, exist_ok=True)
         write_private(served, record, 0o600)
     return cert_pem, key_pem
 

@@ -106,9 +106,6 @@ def _load(path: Path) -> dict[str, Any] | None:
 
 
 def _save(path: Path, data: dict[str, Any]) -> None:
-    # The record can be the directory's first file (your own CA and password: nothing else of
-    # the product's is made there first).
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_private(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(), 0o600)
 
 
