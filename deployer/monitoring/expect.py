@@ -90,6 +90,9 @@ class StackExpectation:
     )
     # gpumon_tls on: the CA, user and password the product's client uses (monitoring/http.py)
     client_tls: ClientTLS | None = None
+    # what ``up`` would refuse in the shard layout records (deployer/monitoring/handoff.py:
+    # another tier's, unreadable), each said once; planned as if there were no record
+    record_problems: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- expectation from the inventory
@@ -224,15 +227,18 @@ def load_expectation(
             resolved[role] = role_variables(session.inventory, plays, planner, role)
         return resolved[role]
 
-    exp = expect(
-        variables_of("prometheus"), variables_of("alertmanager"), variables_of("thanos_query")
-    )
+    from deployer.monitoring import handoff, store
     from deployer.monitoring.http import use_tls
 
-    use_tls(exp.client_tls)
-    from deployer.monitoring import store
-
-    exp.store = store.expect(variables_of)
+    # A shard layout record ``up`` would refuse (another tier's) is a finding here, not the end
+    # of ``status``: the stack is still there to check.
+    with handoff.diagnosing() as record_problems:
+        exp = expect(
+            variables_of("prometheus"), variables_of("alertmanager"), variables_of("thanos_query")
+        )
+        use_tls(exp.client_tls)
+        exp.store = store.expect(variables_of)
+    exp.record_problems = record_problems
     if not exp.replicas and not exp.alertmanagers:
         raise InputError(
             "no host of the inventory is in a Prometheus or Alertmanager play of the site: "

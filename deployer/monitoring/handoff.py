@@ -25,11 +25,12 @@ next whole ``up`` hands over again. A pair is still never restarted with its par
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,8 @@ class _Seen:
 _LOCK = threading.Lock()
 #: record path -> what this planning pass saw of it
 _SEEN: dict[Path, _Seen] = {}
+# One list per :func:`diagnosing` scope open: the record problems it has been told.
+_DIAGNOSED: list[list[str]] = []
 #: after the longest interval, a little more: the replica's file watch and its scrape's jitter
 MARGIN_S = 5.0
 
@@ -132,7 +135,9 @@ def _read(path: Path) -> Layout | None:
 
 def previous(variables: Mapping[str, Any], wanted: Layout) -> Layout | None:
     """The recorded layout when it differs from ``wanted`` (the replicas then hand over), else
-    None. Remembers ``wanted`` for :func:`settle`."""
+    None. Remembers ``wanted`` for :func:`settle`. A record that cannot be read, another tier's,
+    or one two tiers of this inventory would share is refused (``InputError``), but within
+    :func:`diagnosing`."""
     path = record_path(variables)
     interval = longest_interval_s(variables)
     groups = variables.get("groups")
@@ -141,20 +146,54 @@ def previous(variables: Mapping[str, Any], wanted: Layout) -> Layout | None:
         if seen is None or seen.groups is not groups:
             # the first replica, or another inventory's planning (a pass not settled or
             # forgotten): not this one's
-            read = _read(path)
-            _refuse_another_tiers(variables, path, read, wanted)
+            try:
+                read = _read(path)
+                _refuse_another_tiers(variables, path, read, wanted)
+            except InputError as exc:
+                _diagnosed(exc)
+                read = None
             seen = _SEEN[path] = _Seen(read, wanted, interval, groups)
         elif seen.wanted != wanted or seen.wanted.replicas != wanted.replicas:
-            raise InputError(
-                f"host {variables.get('inventory_hostname', '?')}: two Prometheus tiers record "
-                f"their shard layout in {path} ({_said(seen.wanted)}; {_said(wanted)}): give "
-                "each tier its own",
-                key=RECORD_VAR,
+            _diagnosed(
+                InputError(
+                    f"host {variables.get('inventory_hostname', '?')}: two Prometheus tiers "
+                    f"record their shard layout in {path} ({_said(seen.wanted)}; "
+                    f"{_said(wanted)}): give each tier its own",
+                    key=RECORD_VAR,
+                )
             )
+            return None
         else:
             seen.interval_s = max(seen.interval_s, interval)
         recorded = seen.read
     return recorded if recorded is not None and recorded != wanted else None
+
+
+@contextlib.contextmanager
+def diagnosing() -> Iterator[list[str]]:
+    """For a command that only reads (``status``): within it, a record :func:`previous` would
+    refuse is taken as no record (no hand-over expected) and its refusal, each once, is put in
+    the list handed out instead of raised. ``up`` still refuses it before touching a host; the
+    command that only reads shows it beside the rest of the stack, which it can still check."""
+    found: list[str] = []
+    with _LOCK:
+        _DIAGNOSED.append(found)
+        _SEEN.clear()  # a pass planned before saw the records without this scope
+    try:
+        yield found
+    finally:
+        with _LOCK:
+            _DIAGNOSED.remove(found)
+            _SEEN.clear()  # nor may a later pass take what this one made of them
+
+
+def _diagnosed(exc: InputError) -> None:
+    """Raise ``exc``, or (within :func:`diagnosing`, ``_LOCK`` held) say it there."""
+    if not _DIAGNOSED:
+        raise exc
+    said = str(exc)
+    if said not in _DIAGNOSED[-1]:
+        _DIAGNOSED[-1].append(said)
 
 
 def _refuse_another_tiers(

@@ -16,6 +16,9 @@ fails, naming the host and the cause, when:
   on disk after the config it runs was loaded (a reload owed; checks_loaded.py);
 - ``scraping job J``: an expected target of job J is down or missing (pending: not scraped yet
   since the replica or the target daemon started; checks_scrape.py);
+- ``*`` ``shard layout record``: ``up`` would refuse the tier's shard layout record (another
+  tier's, or unreadable: deployer/monitoring/handoff.py); the rest is checked as if there were
+  none;
 - ``*`` ``external labels distinct`` / ``replicas evaluate the same rules``: two replicas share
   external labels / evaluate different rule groups or rules;
 - prometheus_global (the federation tier's pair, deployer/monitoring/federation.py): the rows
@@ -591,6 +594,11 @@ def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> 
             checks.extend(_gpu_checks(exp, obs, target_states))
         if exp.replica_targets:
             checks.extend(_shard_checks(exp, obs))
+    # ``up`` refuses these before touching a host; the targets above are what it would converge
+    checks.extend(
+        Check("prometheus", "*", "shard layout record", FAILED, said)
+        for said in exp.record_problems
+    )
     checks.extend(_global_pair_checks(exp, obs, starts, now, with_hosts))
     for peer in exp.alertmanagers:
         checks.extend(_alertmanager_checks(exp, peer, obs, now, with_hosts))

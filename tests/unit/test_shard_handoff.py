@@ -320,3 +320,49 @@ def test_planning_another_inventory_in_the_same_process_is_a_pass_of_its_own(tmp
     again = {"inventory_hostname": "prom01", "groups": {}, handoff.RECORD_VAR: str(given)}
     handoff.previous(again, handoff.Layout(handoff.UNSHARDED, "host", ("prom01", "prom02")))
     assert handoff.handing_over() == []
+
+
+# ---------------------------------------------------------------- status, which only reads
+
+
+def test_status_shows_another_tiers_record_as_a_failed_row_and_checks_the_rest(tmp_path):
+    # up refuses the record before touching a host; status, which only reads, still checks the
+    # stack (as if there were no record: no hand-over expected) and names the record's problem.
+    from deployer.monitoring import status
+    from deployer.monitoring.http import Response
+
+    converged(tmp_path, TWO)
+    record = next((tmp_path / "records").iterdir())
+    kept = record.read_text()
+    (tmp_path / "inventory.yml").write_text(inventory({"prom11": "", "prom12": ""}))
+    exp = status.load_expectation(tmp_path / "inventory.yml", site=tmp_path / "site.yml")
+    assert [r.host for r in exp.replicas] == ["prom11", "prom12"]
+    assert {t.node for t in exp.targets if t.job == "dcgm"} == set(GPUS)
+    [said] = exp.record_problems
+    assert str(record) in said and "another tier's (shards a, b of prom01" in said
+
+    def unanswered(url: str, *_: object) -> Response:
+        return Response(0, error=f"no answer from {url}")
+
+    checks = status.collect(exp, unanswered, None, store_fetch=unanswered)
+    [row] = [c for c in checks if c.check == "shard layout record"]
+    assert (row.component, row.host, row.state, row.detail) == ("prometheus", "*", "failed", said)
+    assert any(c.check == "ready" and c.host == "prom11" for c in checks)  # the rest is checked
+    assert record.read_text() == kept
+    with pytest.raises(InputError, match="another tier's"):  # up, after status, still refuses
+        dcgm_hosts(tmp_path, {"prom11": "", "prom12": ""})
+
+
+def test_status_names_an_unreadable_record_once(tmp_path):
+    from deployer.monitoring import status
+
+    converged(tmp_path, TWO)
+    record = next((tmp_path / "records").iterdir())
+    record.write_text("{not json")
+    (tmp_path / "inventory.yml").write_text(inventory(THREE))
+    exp = status.load_expectation(tmp_path / "inventory.yml", site=tmp_path / "site.yml")
+    [said] = exp.record_problems
+    assert said.startswith(
+        f"{handoff.RECORD_VAR}: {record}: the shard layout record cannot be read"
+    )
+    assert set(exp.replica_targets) == set(THREE)
