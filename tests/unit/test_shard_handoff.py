@@ -366,3 +366,17 @@ def test_status_names_an_unreadable_record_once(tmp_path):
         f"{handoff.RECORD_VAR}: {record}: the shard layout record cannot be read"
     )
     assert set(exp.replica_targets) == set(THREE)
+
+
+def test_status_wait_does_not_wait_on_a_record_row_alone(monkeypatch):
+    # waiting cannot mend a record up refuses; a row that is pending is still waited for
+    from deployer.monitoring import status
+    from deployer.monitoring.check import FAILED, OK, PENDING, Check
+
+    record = Check("prometheus", "*", status.RECORD_CHECK, FAILED, "another tier's")
+    rounds = [[Check("prometheus", "prom01", "ready", PENDING), record],
+              [Check("prometheus", "prom01", "ready", OK), record]]  # fmt: skip
+    monkeypatch.setattr(status, "collect", lambda *_, **__: rounds.pop(0))
+    slept: list[float] = []
+    got = status.collect_until(status.StackExpectation(), None, wait_s=300, sleep=slept.append)
+    assert got[1] == record and got[0].ok and slept == [status.WAIT_EVERY_S] and not rounds
