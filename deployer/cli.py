@@ -482,10 +482,12 @@ def targets(inventory: Path, limit: str | None, extra_vars: tuple[str, ...], out
     """Regenerate and push only the Prometheus file_sd targets files (no reload needed)."""
     from deployer.monitoring import targets as file_sd_targets
 
-    session = file_sd_targets.load_session(
-        RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars))
-    )
-    report = file_sd_targets.push_targets(session, json_output=output == "json")
+    # it writes the replicas' targets files, as up does (a hand-over's among them)
+    with run_lock.changing(inventory, "targets"):
+        session = file_sd_targets.load_session(
+            RunOptions(inventory=inventory, limit=limit, extra_vars=list(extra_vars))
+        )
+        report = file_sd_targets.push_targets(session, json_output=output == "json")
     sys.exit(report.exit_code)
 
 

@@ -1,8 +1,9 @@
 """One changing run per inventory on a controller.
 
-Two operators who start ``up`` (or ``upgrade-driver``, or ``restore``) against the same inventory
-at once would interleave on the same hosts: one restarting the replica the other counts on as
-its HA partner, one pass of a TLS rotation or a re-shard settled by the other's. So a command
+Two operators who start ``up`` (or ``upgrade-driver``, ``restore``, ``targets``) against the
+same inventory at once would interleave on the same hosts: one restarting the replica the other
+counts on as its HA partner, one pass of a TLS rotation or a re-shard settled by the other's, a
+targets file of a hand-over overwritten. So a command
 that changes hosts takes an exclusive ``flock`` for its whole life on a lock file named by the
 inventory's real path (``$GPUMON_LOCK_DIR``, else ``$XDG_STATE_HOME/gpumon-deploy/locks``, 0700;
 the file 0600 and holding who has it), and a second one is refused at once, with exit 2, naming

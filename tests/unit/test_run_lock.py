@@ -1,5 +1,5 @@
 """One changing run per inventory on a controller (deployer/run_lock.py): a second ``up``,
-``upgrade-driver`` or ``restore`` against the same inventory is refused at once, naming the run
+``upgrade-driver``, ``restore`` or ``targets`` against the same inventory is refused at once, naming the run
 that holds it; read-only commands are never refused; the lock dies with its holder."""
 
 from __future__ import annotations
@@ -146,3 +146,18 @@ def test_restore_is_refused_before_it_touches_the_store(tmp_path, monkeypatch):
     with run_lock.changing(inv, "up"):
         result = CliRunner().invoke(cli.cli, ["restore", "-i", str(inv), "--yes"])
     assert result.exit_code == 2 and "up, pid" in result.output and ran == []
+
+
+def test_targets_is_refused_while_an_up_runs_before_it_loads_anything(tmp_path, monkeypatch):
+    # targets writes the replicas' targets files, which a running up (mid re-shard) owns
+    from deployer.monitoring import targets
+
+    inv = tmp_path / "inventory.yml"
+    loaded = []
+    monkeypatch.setattr(targets, "load_session", loaded.append)
+    monkeypatch.setattr(targets, "push_targets", lambda s, **_: RunReport())
+    with run_lock.changing(inv, "up"):
+        result = CliRunner().invoke(cli.cli, ["targets", "-i", str(inv)])
+        assert result.exit_code == 2 and "up, pid" in result.output and loaded == []
+    assert CliRunner().invoke(cli.cli, ["targets", "-i", str(inv)]).exit_code == 0
+    assert len(loaded) == 1
