@@ -5,6 +5,9 @@ product splits the GPU and node targets between the pairs in each pair's file_sd
   ``prometheus_shard`` (a, a, b, b): while it hands over, the pair keeps every host and the new
   pair (prom03, prom04) takes only its own shard's; then ``status``: green, with the rows proving
   every target is scraped by exactly one shard, by both replicas;
+- a second ``up`` of the same inventory, started while the sharded one waits between its passes:
+  refused at once (exit 2) naming the first; another tier's shard layout record: ``status`` shows
+  it as its one failed row, ``up`` refuses it and no replica's targets file changes;
 - each replica's active targets: the two shards' dcgm/node targets are disjoint and together
   every host; both replicas of a shard scrape the same; each replica's external labels carry its
   shard;
@@ -106,6 +109,8 @@ PAIR = ("prom01", "prom02")
 HAND_OVER: dict[str, dict[str, set[str]]] = {}
 #: what the sharded ``up`` said of the re-shard
 NOTES: list[str] = []
+#: a second ``up`` of the same inventory, started while the sharded ``up`` waited between passes
+SECOND_UP: list[subprocess.CompletedProcess[str]] = []
 
 
 def dcgm_file(lab: Lab, replica: str) -> set[str]:
@@ -133,6 +138,8 @@ def deployed(slab: Lab, inventory: Path) -> None:
             if line.startswith("NOTE re-shard") and "waiting" in line:
                 try:
                     HAND_OVER["during"] = {r: dcgm_file(slab, r) for r in SHARD_OF}
+                    # a second operator's up while this one is mid re-shard (deployer/run_lock.py)
+                    SECOND_UP.append(run_cli("up", "-i", str(inventory), timeout=120))
                 except BaseException as exc:  # kept for the test's message, not lost in the thread
                     failed.append(exc)
 
@@ -235,6 +242,49 @@ def test_status_is_green_and_proves_every_target_is_in_exactly_one_shard(
             f"{total}/{total} GPUs (global_cluster:gpus:count)"
         )
     assert global_rows[("*", "replicas evaluate the same rules")]["ok"]
+
+
+def test_a_second_up_while_one_re_shards_is_refused_naming_it_and_touches_nothing(
+    slab: Lab, deployed: None
+):
+    # The sharded up (above) converged and handed over as if alone: the second one was refused
+    # at once, before reading a fact, with the first one's pid in its message.
+    [second] = SECOND_UP
+    assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
+    assert "another gpumon-deploy run is changing the hosts of this inventory" in second.stderr
+    assert "(up, pid " in second.stderr and second.stdout == ""
+
+
+def test_status_shows_another_tiers_shard_record_and_up_refuses_it_touching_nothing(
+    slab: Lab, inventory: Path, deployed: None
+):
+    # Another tier (another inventory with the same cluster, on this controller) wrote the
+    # record this tier reads: up refuses it before it connects; status shows it as the one failed
+    # row and checks the rest of the running stack as if there were no record.
+    record = inventory.parent / "shard-layout.json"
+    ours = record.read_text()
+    theirs = {"format": 1, "shards": [""], "by": "host", "replicas": ["prom11", "prom12"]}
+    configs = {r: slab.ssh(r, "md5sum /etc/prometheus/file_sd/dcgm.json").stdout for r in SHARD_OF}
+    record.write_text(json.dumps(theirs))
+    try:
+        # one round: waiting cannot mend the record (the stack was green just before)
+        proc = run_cli("status", "-i", str(inventory), "--output", "json", timeout=300)
+        data = json.loads(proc.stdout)
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        assert [(c["host"], c["check"]) for c in data["failed"]] == [("*", "shard layout record")]
+        assert "another tier's (one pair of prom11, prom12)" in data["failed"][0]["detail"]
+        rows = [c for c in data["checks"] if c["check"].startswith("every target scraped by")]
+        assert rows and all(r["ok"] for r in rows), rows
+        up = run_cli("up", "-i", str(inventory), timeout=300)
+        assert up.returncode == 2, up.stdout[-2000:] + up.stderr[-2000:]
+        assert "another tier's" in up.stderr and up.stdout == ""
+        assert json.loads(record.read_text()) == theirs
+        after = {
+            r: slab.ssh(r, "md5sum /etc/prometheus/file_sd/dcgm.json").stdout for r in SHARD_OF
+        }
+        assert after == configs
+    finally:
+        record.write_text(ours)
 
 
 def query(url: str, promql: str) -> list[dict[str, Any]]:
