@@ -41,29 +41,52 @@ def lock_path(inventory: str | Path) -> Path:
     return lock_dir() / f"{hashlib.sha256(real.encode()).hexdigest()[:20]}.lock"
 
 
+class Held(Exception):
+    """Another process holds the lock; ``holder``: what it wrote in the file (may be empty)."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
 @contextlib.contextmanager
-def changing(inventory: str | Path, command: str) -> Iterator[None]:
-    """Hold the inventory's lock while the block runs ``command``; another holder is an
-    InputError naming it."""
-    path = lock_path(inventory)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+def exclusive(path: Path, holder: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (made 0600, never followed as a link) while the
+    block runs, ``holder`` written in it meanwhile and emptied after; :class:`Held` at once,
+    with what the holder wrote, when another process has it. The kernel drops the lock when the
+    holder exits, killed or not. Also the lock of a rollout's run directory
+    (deployer/rollout/state.py)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "holder unknown"
-            raise InputError(
-                f"another gpumon-deploy run is changing the hosts of this inventory ({holder}; "
-                f"lock {path}): let it finish, then run again",
-                source=str(inventory),
-            ) from None
-        started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            raise Held(os.pread(fd, 512, 0).decode("utf-8", "replace").strip()) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{command}, pid {os.getpid()}, since {started}\n".encode(), 0)
+        os.pwrite(fd, holder.encode(), 0)
         try:
             yield
         finally:
             os.ftruncate(fd, 0)  # the file stays (removing it would race a new holder)
     finally:
         os.close(fd)  # closing the last descriptor drops the lock
+
+
+@contextlib.contextmanager
+def changing(inventory: str | Path, command: str) -> Iterator[None]:
+    """Hold the inventory's lock while the block runs ``command``; another holder is an
+    InputError naming it."""
+    path = lock_path(inventory)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    held = contextlib.ExitStack()
+    try:
+        held.enter_context(exclusive(path, f"{command}, pid {os.getpid()}, since {started}\n"))
+    except Held as other:
+        raise InputError(
+            f"another gpumon-deploy run is changing the hosts of this inventory "
+            f"({other.holder or 'holder unknown'}; lock {path}): let it finish, then run again",
+            source=str(inventory),
+        ) from None
+    with held:
+        yield

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
 import secrets
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deployer import run_lock
 from deployer.errors import InputError
 from deployer.rollout.options import RolloutOptions
 from deployer.spans import span
@@ -231,20 +231,15 @@ class StateStore:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the run's lock for the life of the controller; another holder is an input error."""
-        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        """Hold the run's lock for the life of the controller, its pid in the file (which
+        ``status`` reads, deployer/monitoring/rollouts.py); another holder is an input error."""
+        held = contextlib.ExitStack()
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+            held.enter_context(run_lock.exclusive(self.dir / LOCK_FILE, str(os.getpid())))
+        except run_lock.Held:
             raise InputError(
                 f"run {self.dir.name} is being driven by another controller (lock {self.dir / LOCK_FILE})",
                 key="--resume",
             ) from None
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, str(os.getpid()).encode())
+        with held:
             yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)

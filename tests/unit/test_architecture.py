@@ -161,7 +161,7 @@ LAYERS = [
     ["rollout", "unverified", "restore", "init_inventory", "monitoring.targets", "monitoring.tier",
      "monitoring.capacity_plan", "monitoring.capacity_view"],
     # status reads what a rollout leaves on disk and on Slurm nodes: the rollout's leaf modules of
-    # state, options and drain naming sit in status' layer (they import only errors)
+    # state, options and drain naming sit in status' layer (they import only the bottom line)
     ["monitoring.status", "monitoring.expect", "monitoring.check", "monitoring.checks_driver",
      "monitoring.checks_gpus", "monitoring.checks_loaded", "monitoring.checks_scrape",
      "monitoring.checks_shards", "monitoring.checks_global",

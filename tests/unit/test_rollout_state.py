@@ -136,6 +136,16 @@ def test_a_second_controller_on_the_same_run_is_refused(tmp_path):
         pass
 
 
+def test_the_runs_lock_names_its_controller_by_pid_while_held_and_nobody_after(tmp_path):
+    # status reads the pid where /proc/locks cannot be read (deployer/monitoring/rollouts.py)
+    store = StateStore.create(record(a="pending"), tmp_path)
+    lock = store.dir / st.LOCK_FILE
+    with store.locked():
+        assert lock.read_text() == str(os.getpid())
+        assert stat.S_IMODE(lock.stat().st_mode) == 0o600
+    assert lock.read_text() == ""  # no pid left to be reused by another process
+
+
 def test_run_ids_name_the_target_and_sort_by_time():
     a = st.new_run_id("580.126.20", now=1_800_000_000)
     b = st.new_run_id("580.126.20", now=1_800_000_060)
