@@ -53,6 +53,12 @@ def load(inventory: Path, extra_vars: list[str] | None = None) -> capacity.Capac
         exporters[h] = capacity.GpuExporter(
             plan["exporter_csv"], plan["exporter_csv_mig"], int(plan["gpu_count"] or 0)
         )
-    result = capacity.from_vars(v, exporters)
+    from deployer.monitoring import handoff
+
+    # Sized as the layout will run once converged: a shard layout record ``up`` would refuse
+    # (another tier's) is said, not the end of a command that only reads.
+    with handoff.diagnosing() as record_problems:
+        result = capacity.from_vars(v, exporters)
+    warnings += [f"{said} (up refuses it; sized as if there were none)" for said in record_problems]
     result.warnings[:0] = warnings
     return result

@@ -178,6 +178,30 @@ def test_a_sharded_tier_is_sized_per_shard_from_the_real_assignment(tmp_path: Pa
     assert sum(each) >= whole
 
 
+def test_another_tiers_shard_record_is_a_warning_and_the_tier_is_sized_without_it(
+    tmp_path: Path,
+):
+    # capacity only reads: the record up refuses is said, the layout sized as it will run
+    sharded = INVENTORY.replace(
+        "    prom01: {}\n    prom02: {}\n",
+        "    prom01: {prometheus_shard: a}\n    prom02: {prometheus_shard: a}\n"
+        "    prom03: {prometheus_shard: b}\n    prom04: {prometheus_shard: b}\n",
+    ).replace("prometheus: {hosts: {prom01: {}, prom02: {}}}",
+              "prometheus: {hosts: {prom01: {}, prom02: {}, prom03: {}, prom04: {}}}")  # fmt: skip
+    record = tmp_path / "record.json"
+    sharded = sharded.replace("all:\n", f"all:\n  vars: {{prometheus_shard_record: {record}}}\n")
+    before = capacity_json(tmp_path, sharded)
+    theirs = {"format": 1, "shards": [""], "by": "host", "replicas": ["prom11", "prom12"]}
+    record.write_text(json.dumps(theirs))
+    got = capacity_json(tmp_path, sharded)
+    [said] = [w for w in got["warnings"] if "shard layout record" in w]
+    assert "another tier's (one pair of prom11, prom12)" in said and said.endswith(
+        "(up refuses it; sized as if there were none)"
+    )
+    assert got["per_shard"] == before["per_shard"]
+    assert json.loads(record.read_text()) == theirs
+
+
 def test_a_sharded_tier_counts_every_gpu_host_whichever_replica_is_read(tmp_path: Path):
     # the command reads the first replica's variables; its own shard is not the whole tier
     four = INVENTORY.replace(
