@@ -23,10 +23,23 @@ class MonitoringTier:
     alertmanagers: list[str] = field(default_factory=list)  # peer base URLs
     replicas: list[tuple[str, str]] = field(default_factory=list)  # (host, base URL)
     gpu_metric: str = dcgm_fields.metric("gpu_temp")
+    # A sharded tier (deployer/monitoring/shards.py): GPU node -> the replicas whose dcgm
+    # targets list it, as ``status`` expects them (its shard's pair, and while a re-shard hands
+    # over, its old shard's too). Empty: one pair, every replica scrapes every node.
+    scrapers: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def exists(self) -> bool:
         return bool(self.alertmanagers or self.replicas)
+
+    def replicas_of(self, node: str) -> list[tuple[str, str]]:
+        """The replicas that must see ``node`` once it is upgraded: those that scrape it (the
+        replicas of another shard never do); every replica when the tier is one pair, or when
+        no replica's targets list the node (each then says it has none of its targets)."""
+        mine = self.scrapers.get(node)
+        if not mine:
+            return list(self.replicas)
+        return [(host, url) for host, url in self.replicas if host in mine]
 
 
 def load(session: DeploySession) -> MonitoringTier:
@@ -37,10 +50,16 @@ def load(session: DeploySession) -> MonitoringTier:
         session.role_variables("thanos_query"),
     )
     use_tls(exp.client_tls)  # the silences and queries of a rollout go over the tier's TLS
+    scrapers: dict[str, list[str]] = {}
+    for replica, targets in exp.replica_targets.items():  # empty unless sharded
+        for t in targets:
+            if t.job == "dcgm":
+                scrapers.setdefault(t.node, []).append(replica)
     return MonitoringTier(
         alertmanagers=[p.url for p in exp.alertmanagers],
         replicas=[(r.host, r.url) for r in exp.replicas],
         gpu_metric=exp.gpu_metric,
+        scrapers={node: tuple(found) for node, found in scrapers.items()},
     )
 
 

@@ -103,7 +103,7 @@ def validate(
             checks,
             "Prometheus replicas see the host",
             replicas,
-            ", ".join(h for h, _ in tier.replicas),
+            ", ".join(h for h, _ in tier.replicas_of(host.host)),
         )
     problems = [f"{c['check']}: {c['detail']}" for c in checks if not c["ok"]]
     return problems, checks
@@ -201,7 +201,7 @@ def _prometheus(
     deadline = host.clock() + timeout_s
     while True:
         problems = []
-        for name, base in tier.replicas:
+        for name, base in tier.replicas_of(host.host):
             why = monitoring_tier.replica_sees(
                 fetch, base, host.host, tier.gpu_metric, want, target.gpu_count
             )
