@@ -8,6 +8,8 @@ product splits the GPU and node targets between the pairs in each pair's file_sd
 - a second ``up`` of the same inventory, started while the sharded one waits between its passes:
   refused at once (exit 2) naming the first; another tier's shard layout record: ``status`` shows
   it as its one failed row, ``up`` refuses it and no replica's targets file changes;
+- ``upgrade-driver`` of one GPU host: validated by its own shard's pair alone, which sees its
+  GPUs with the new driver (the other pair never scrapes it);
 - each replica's active targets: the two shards' dcgm/node targets are disjoint and together
   every host; both replicas of a shard scrape the same; each replica's external labels carry its
   shard;
@@ -378,6 +380,31 @@ def test_the_shards_split_the_hosts_disjointly_and_completely(slab: Lab, deploye
 def test_each_replicas_external_labels_carry_its_shard(slab: Lab, deployed: None):
     for name, url in replicas(slab).items():
         assert external_labels(url).get("shard") == SHARD_OF[name], name
+
+
+def test_a_driver_upgrade_in_a_sharded_tier_is_validated_by_the_hosts_own_shard(
+    slab: Lab, inventory: Path, deployed: None, tmp_path: Path
+):
+    # upgrade-driver proves an upgraded host is monitored by asking the replicas that scrape
+    # it. The other shard's replicas never do: they were asked too, answered "no target of
+    # gpu01", and the upgrade of every host of a sharded tier failed validation at its timeout.
+    node = "gpu01"  # H100, at the lab's default 595.45.04: to 580.126.20 (another branch)
+    split = settled_split(slab)
+    owner = next(shard for shard, jobs in split.items() if node in jobs["dcgm"])
+    own = [r for r, s in SHARD_OF.items() if s == owner]
+    proc = run_cli("upgrade-driver", "-i", str(inventory), "--to", "580.126.20", "--limit", node,
+                   "--drain", "none", "--output", "json", timeout=900,
+                   env={"GPUMON_ROLLOUT_STATE_DIR": str(tmp_path / "runs")})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    host = report["hosts"][node]
+    assert report["status"] == "finished" and host["state"] == "done", host
+    seen = next(c for c in host["validation"] if c["check"] == "Prometheus replicas see the host")
+    assert seen["ok"] and seen["detail"] == ", ".join(own), seen
+    # (validation saw the new driver label there): the other pair has no series of the host
+    for name, url in replicas(slab).items():
+        found = query(url, f'count(DCGM_FI_DEV_GPU_TEMP{{node="{node}"}})')
+        assert bool(found) == (name in own), (name, found)
 
 
 def test_two_gpu_hosts_added_move_no_existing_target(
