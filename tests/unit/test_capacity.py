@@ -162,14 +162,17 @@ def test_a_bad_capacity_variable_exits_2_naming_it(tmp_path: Path):
     assert "prometheus_retention_time" in result.output
 
 
+# INVENTORY with two shards of two replicas each
+SHARDED = INVENTORY.replace(
+    "    prom01: {}\n    prom02: {}\n",
+    "    prom01: {prometheus_shard: a}\n    prom02: {prometheus_shard: a}\n"
+    "    prom03: {prometheus_shard: b}\n    prom04: {prometheus_shard: b}\n",
+).replace("prometheus: {hosts: {prom01: {}, prom02: {}}}",
+          "prometheus: {hosts: {prom01: {}, prom02: {}, prom03: {}, prom04: {}}}")  # fmt: skip
+
+
 def test_a_sharded_tier_is_sized_per_shard_from_the_real_assignment(tmp_path: Path):
-    sharded = INVENTORY.replace(
-        "    prom01: {}\n    prom02: {}\n",
-        "    prom01: {prometheus_shard: a}\n    prom02: {prometheus_shard: a}\n"
-        "    prom03: {prometheus_shard: b}\n    prom04: {prometheus_shard: b}\n",
-    ).replace("prometheus: {hosts: {prom01: {}, prom02: {}}}",
-              "prometheus: {hosts: {prom01: {}, prom02: {}, prom03: {}, prom04: {}}}")  # fmt: skip
-    got = capacity_json(tmp_path, sharded)
+    got = capacity_json(tmp_path, SHARDED)
     assert set(got["per_shard"]) == {"a", "b"}
     whole = got["per_replica"]["series"]
     each = [f["series"] for f in got["per_shard"].values()]
@@ -182,14 +185,8 @@ def test_another_tiers_shard_record_is_a_warning_and_the_tier_is_sized_without_i
     tmp_path: Path,
 ):
     # capacity only reads: the record up refuses is said, the layout sized as it will run
-    sharded = INVENTORY.replace(
-        "    prom01: {}\n    prom02: {}\n",
-        "    prom01: {prometheus_shard: a}\n    prom02: {prometheus_shard: a}\n"
-        "    prom03: {prometheus_shard: b}\n    prom04: {prometheus_shard: b}\n",
-    ).replace("prometheus: {hosts: {prom01: {}, prom02: {}}}",
-              "prometheus: {hosts: {prom01: {}, prom02: {}, prom03: {}, prom04: {}}}")  # fmt: skip
     record = tmp_path / "record.json"
-    sharded = sharded.replace("all:\n", f"all:\n  vars: {{prometheus_shard_record: {record}}}\n")
+    sharded = SHARDED.replace("all:\n", f"all:\n  vars: {{prometheus_shard_record: {record}}}\n")
     before = capacity_json(tmp_path, sharded)
     theirs = {"format": 1, "shards": [""], "by": "host", "replicas": ["prom11", "prom12"]}
     record.write_text(json.dumps(theirs))
