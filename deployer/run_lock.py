@@ -21,7 +21,7 @@ import datetime
 import fcntl
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from deployer.controller_secrets import state_home
@@ -41,27 +41,19 @@ def lock_path(inventory: str | Path) -> Path:
     return lock_dir() / f"{hashlib.sha256(real.encode()).hexdigest()[:20]}.lock"
 
 
-class Held(Exception):
-    """Another process holds the lock; ``holder``: what it wrote in the file (may be empty)."""
-
-    def __init__(self, holder: str) -> None:
-        super().__init__(holder)
-        self.holder = holder
-
-
 @contextlib.contextmanager
-def exclusive(path: Path, holder: str) -> Iterator[None]:
+def exclusive(path: Path, holder: str, refused: Callable[[str], Exception]) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` (made 0600, never followed as a link) while the
-    block runs, ``holder`` written in it meanwhile and emptied after; :class:`Held` at once,
-    with what the holder wrote, when another process has it. The kernel drops the lock when the
-    holder exits, killed or not. Also the lock of a rollout's run directory
-    (deployer/rollout/state.py)."""
+    block runs, ``holder`` written in it meanwhile and emptied after. When another process has
+    it: ``refused(what that holder wrote)`` is raised at once, before the block (so an error the
+    block raises is never taken for the lock's). The kernel drops the lock when the holder
+    exits, killed or not. Also the lock of a rollout's run directory (deployer/rollout/state.py)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise Held(os.pread(fd, 512, 0).decode("utf-8", "replace").strip()) from None
+            raise refused(os.pread(fd, 512, 0).decode("utf-8", "replace").strip()) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, holder.encode(), 0)
         try:
@@ -79,14 +71,13 @@ def changing(inventory: str | Path, command: str) -> Iterator[None]:
     path = lock_path(inventory)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    held = contextlib.ExitStack()
-    try:
-        held.enter_context(exclusive(path, f"{command}, pid {os.getpid()}, since {started}\n"))
-    except Held as other:
-        raise InputError(
+
+    def refused(other: str) -> InputError:
+        return InputError(
             f"another gpumon-deploy run is changing the hosts of this inventory "
-            f"({other.holder or 'holder unknown'}; lock {path}): let it finish, then run again",
+            f"({other or 'holder unknown'}; lock {path}): let it finish, then run again",
             source=str(inventory),
-        ) from None
-    with held:
+        )
+
+    with exclusive(path, f"{command}, pid {os.getpid()}, since {started}\n", refused):
         yield

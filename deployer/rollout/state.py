@@ -233,13 +233,13 @@ class StateStore:
     def locked(self) -> Iterator[None]:
         """Hold the run's lock for the life of the controller, its pid in the file (which
         ``status`` reads, deployer/monitoring/rollouts.py); another holder is an input error."""
-        held = contextlib.ExitStack()
-        try:
-            held.enter_context(run_lock.exclusive(self.dir / LOCK_FILE, str(os.getpid())))
-        except run_lock.Held:
-            raise InputError(
-                f"run {self.dir.name} is being driven by another controller (lock {self.dir / LOCK_FILE})",
+        lock = self.dir / LOCK_FILE
+
+        def refused(_: str) -> InputError:
+            return InputError(
+                f"run {self.dir.name} is being driven by another controller (lock {lock})",
                 key="--resume",
-            ) from None
-        with held:
+            )
+
+        with run_lock.exclusive(lock, str(os.getpid()), refused):
             yield
