@@ -33,6 +33,7 @@ from deployer.lab.topology import LabHost, Topology, for_lab_name, load_topology
 READY_TIMEOUT_S = 150.0
 READY_POLL_S = 1.0
 SSH_CONNECT_TIMEOUT_S = 3
+VETH_GONE_S = 10.0  # the kernel tears a stopped host's veth down within this (network.links_left)
 LAB_FAULTS = ("host-down", "partition", "exporter-down")
 READY_STATES = ("running", "degraded")
 # Every host's systemd takes inotify instances of the machine's root user; Linux's default of
@@ -201,13 +202,14 @@ class Lab:
         machines = [self.machine(h.name) for h in topology.hosts]
         if len(set(machines)) != len(machines):
             raise LabError(f"host names of lab {self.name!r} shorten to the same machine name")
-        for h in to_start:
-            veth = network.host_veth(self.machine(h.name))
-            if network.link_exists(veth):
-                raise LabError(
-                    f"{veth} already exists: another lab runs a host as machine "
-                    f"{self.machine(h.name)}; take that lab down first"
-                )
+        # A lab taken down a moment ago may still be losing its links (network.links_left).
+        veths = {network.host_veth(self.machine(h.name)): self.machine(h.name) for h in to_start}
+        taken = network.links_left(list(veths), VETH_GONE_S)
+        if taken:
+            raise LabError(
+                f"{taken[0]} already exists: another lab runs a host as machine "
+                f"{veths[taken[0]]}; take that lab down first"
+            )
         if to_start:
             self._echo(f"starting {', '.join(h.name for h in to_start)}")
         with ThreadPoolExecutor(max_workers=max(1, len(to_start))) as pool:
@@ -515,6 +517,11 @@ class Lab:
         trees = [(files, hostmod.request_stop(files)) for files in dirs]
         for files, tree in trees:
             hostmod.finish_stop(files, tree, hostmod.GRACEFUL_STOP_S)
+        # Return only once the hosts' veths are gone, so that a lab brought up right after with
+        # the same machine names does not find them; one the kernel keeps is deleted.
+        veths = [network.host_veth(self.machine(files.dir.name)) for files in dirs]
+        for veth in network.links_left(veths, VETH_GONE_S):
+            network.delete_link(veth)
         for files in dirs:
             hostmod.remove(files)
         mirror.stop_serving(self.dir / "mirror.pid")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import subprocess
+import time
 import zlib
 
 from deployer.lab.topology import Topology
@@ -23,6 +24,24 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 def link_exists(name: str) -> bool:
     return ip("link", "show", "dev", name, check=False).returncode == 0
+
+
+def links_left(names: list[str], timeout: float) -> list[str]:
+    """The links of ``names`` that still exist after waiting up to ``timeout`` seconds for them
+    to go. The kernel removes a container's veth when its network namespace is torn down, after
+    the container's processes are gone: asynchronously, so a link can outlive its machine by a
+    moment."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [n for n in names if link_exists(n)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.1)
+
+
+def delete_link(name: str) -> None:
+    """Delete a link (a veth takes its peer with it); nothing when it is already gone."""
+    ip("link", "delete", "dev", name, check=False)
 
 
 def subnet_users(topology: Topology) -> list[str]:

@@ -298,9 +298,7 @@ def test_down_leaves_no_process_mount_or_bridge_even_after_everything_was_killed
         procs.kill_hard([p for f in small._host_dirs() for p in hostmod.process_tree(f)])
     finally:
         small.down()
-    deadline = time.monotonic() + 10
-    while _leftovers(small, topo.bridge) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    # Nothing left the moment down returns: a lab with the same machine names can come up at once.
     assert _leftovers(small, topo.bridge) == []
     assert not (small.dir / "lab.json").exists()
     assert json.loads(json.dumps(small.status()))["up"] is False
