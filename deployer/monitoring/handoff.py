@@ -255,6 +255,17 @@ def handing_over() -> list[Path]:
         return [p for p, s in _SEEN.items() if s.handing_over()]
 
 
+def changes() -> list[str]:
+    """Each record this pass hands over from, said: the record, the layout the last whole
+    ``up`` recorded and the one the inventory asks for."""
+    with _LOCK:
+        return [
+            f"{path}: {_said(seen.read)} recorded, the inventory asks for {_said(seen.wanted)}"
+            for path, seen in _SEEN.items()
+            if seen.handing_over()
+        ]
+
+
 def settle() -> list[Path]:
     """After a whole, clean pass: record the layout every replica now has; returns the records
     that changed. Written by rename (never half-written), 0644 in a 0700 directory."""

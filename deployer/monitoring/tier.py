@@ -13,7 +13,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 from deployer import dcgm_fields
-from deployer.monitoring import status
+from deployer.errors import InputError
+from deployer.monitoring import handoff, status
 from deployer.monitoring.http import Fetch, use_tls
 from deployer.session import DeploySession
 
@@ -24,8 +25,9 @@ class MonitoringTier:
     replicas: list[tuple[str, str]] = field(default_factory=list)  # (host, base URL)
     gpu_metric: str = dcgm_fields.metric("gpu_temp")
     # A sharded tier (deployer/monitoring/shards.py): GPU node -> the replicas whose dcgm
-    # targets list it, as ``status`` expects them (its shard's pair, and while a re-shard hands
-    # over, its old shard's too). Empty: one pair, every replica scrapes every node.
+    # targets list it, as ``status`` expects them: its shard's pair (:func:`load` refuses a
+    # tier whose re-shard ``up`` has not finished). Empty: one pair, every replica scrapes
+    # every node.
     scrapers: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
@@ -43,12 +45,28 @@ class MonitoringTier:
 
 
 def load(session: DeploySession) -> MonitoringTier:
-    """The tier the session's inventory describes (empty when it has none)."""
+    """The tier the session's inventory describes (empty when it has none). Refused
+    (``InputError``) while its shard layout changes and ``up`` has not finished the re-shard:
+    until then which replicas scrape a host is not what the inventory says (a moved host's new
+    owner scrapes it only once ``up`` hands it over), so an upgraded host would fail validation
+    after its reboot for want of a scraper that is not yet one."""
+    handoff.forget()  # this inventory's records, read anew
     exp = status.expect(
         session.role_variables("prometheus"),
         session.role_variables("alertmanager"),
         session.role_variables("thanos_query"),
     )
+    changing = handoff.changes()
+    handoff.forget()  # nothing of this is settled: only up records a layout
+    if changing:
+        raise InputError(
+            "the Prometheus tier's shard layout is changing ("
+            + "; ".join(changing)
+            + "): run a whole `gpumon-deploy up` first (no --limit or --tags); it hands the "
+            "hosts over to their new shards and records the layout. Until then the replicas "
+            "that must see an upgraded host are not the ones that scrape it",
+            key=handoff.RECORD_VAR,
+        )
     use_tls(exp.client_tls)  # the silences and queries of a rollout go over the tier's TLS
     scrapers: dict[str, list[str]] = {}
     for replica, targets in exp.replica_targets.items():  # empty unless sharded

@@ -10,6 +10,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
+from deployer.errors import InputError
 from deployer.monitoring import shards
 from deployer.monitoring import tier as monitoring_tier
 from deployer.monitoring.http import Response
@@ -94,3 +97,24 @@ def test_validation_waits_only_for_the_replicas_that_scrape_the_upgraded_host(tm
     half = prometheus_answering(own - {sorted(own)[0]}, node)
     said = validation._prometheus(host, target, "595.58.03", tier, half, 0, lambda _: None)
     assert said == f"{sorted(own)[0]}: no target of {node}"
+
+
+def test_a_tier_whose_re_shard_up_has_not_finished_is_refused_naming_both_layouts(tmp_path):
+    # The inventory asks for shards a and b; the last whole up recorded one pair. Until up hands
+    # the hosts over, a moved host's new owner does not scrape it: an upgraded host would fail
+    # validation after its reboot, for want of a scraper that is not one yet.
+    path = inventory(tmp_path, sharded=True)
+    record = tmp_path / "record.json"
+    pair = {"format": 1, "shards": [""], "by": "host", "replicas": ["prom01", "prom02"]}
+    record.write_text(json.dumps(pair))
+    with pytest.raises(InputError) as refused:
+        tier_of(path)
+    said = str(refused.value)
+    assert f"{record}: one pair of prom01, prom02 recorded" in said
+    assert "the inventory asks for shards a, b of prom01, prom02, prom03, prom04" in said
+    assert "run a whole `gpumon-deploy up` first" in said
+    assert json.loads(record.read_text()) == pair  # left as it was
+    # once up has recorded the layout, the tier loads (and each node has its shard's pair)
+    settled = {**pair, "shards": ["a", "b"], "replicas": list(SHARD_OF)}
+    record.write_text(json.dumps(settled))
+    assert set(tier_of(path).scrapers) == set(GPUS)
