@@ -21,7 +21,10 @@ product splits the GPU and node targets between the pairs in each pair's file_sd
   replica holds every shard's ``cluster_model:`` records from both replicas of the shard, its
   global records count each GPU once (the raw federated records twice), and the global view of
   the store returns each GPU once across the shards; with shard b stopped, the global pair fires
-  PrometheusShardUnreachable for b and its records still hold every GPU of shard a.
+  PrometheusShardUnreachable for b and its records still hold every GPU of shard a;
+- the tier re-sharded by rack: before ``up`` runs, ``upgrade-driver`` of the new inventory is
+  refused (exit 2) naming the record, with no run started and the host's driver as it was; then
+  one ``up`` moves hosts with none unscraped for more than an interval and no replica restarted.
 
 The lab is ``<session lab name>-shards`` (its own bridge and subnet), brought up here and taken
 down at the end unless ``GPUMON_LAB_KEEP=1``; ``GPUMON_SHARDS_LAB=<name>`` uses a lab of that
@@ -576,6 +579,22 @@ def test_a_reshard_is_one_up_that_leaves_no_target_unscraped_and_restarts_no_rep
     (where / "group_vars").symlink_to(slab.inventory_path.parent / "group_vars")
     by_rack = where / "inventory.yml"
     by_rack.write_text(yaml.safe_dump(data))
+
+    # Before up re-shards, a driver rollout of the new layout is refused: a moved host's new
+    # owner would not scrape it yet, and the host would fail validation after its reboot.
+    record = inventory.parent / "shard-layout.json"
+    recorded = record.read_text()
+    driver = "nvidia-smi --query-gpu=driver_version --format=csv,noheader"
+    had = slab.ssh("gpu02", driver).stdout
+    runs = tmp_path_factory.mktemp("refused-runs")
+    proc = run_cli("upgrade-driver", "-i", str(by_rack), "--to", "580.126.20", "--limit", "gpu02",
+                   "--drain", "none", timeout=300,
+                   env={"GPUMON_ROLLOUT_STATE_DIR": str(runs)})  # fmt: skip
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "shard layout is changing" in proc.stderr and str(record) in proc.stderr
+    assert "run a whole `gpumon-deploy up` first" in proc.stderr
+    assert list(runs.iterdir()) == [] and record.read_text() == recorded
+    assert slab.ssh("gpu02", driver).stdout == had
 
     watch = ScrapeWatch(urls)
     watch.start()
