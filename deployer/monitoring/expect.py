@@ -93,6 +93,9 @@ class StackExpectation:
     # what ``up`` would refuse in the shard layout records (deployer/monitoring/handoff.py:
     # another tier's, unreadable), each said once; planned as if there were no record
     record_problems: list[str] = field(default_factory=list)
+    # re-shards the last whole ``up`` has not finished (handoff.changes): the inventory asks
+    # for a layout the record does not hold; the targets above are the hand-over's
+    reshards: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- expectation from the inventory
@@ -238,6 +241,7 @@ def load_expectation(
         )
         use_tls(exp.client_tls)
         exp.store = store.expect(variables_of)
+        exp.reshards = handoff.changes()
     exp.record_problems = record_problems
     if not exp.replicas and not exp.alertmanagers:
         raise InputError(

@@ -222,7 +222,11 @@ def _refuse_another_tiers(
 
 
 def _said(layout: Layout) -> str:
-    kind = "one pair" if layout.names == UNSHARDED else f"shards {', '.join(layout.names)}"
+    kind = (
+        "one pair"
+        if layout.names == UNSHARDED
+        else f"shards {', '.join(layout.names)} (by {layout.by})"
+    )
     return f"{kind} of {', '.join(layout.replicas) or 'no replica'}"
 
 

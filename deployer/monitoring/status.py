@@ -18,7 +18,9 @@ fails, naming the host and the cause, when:
   since the replica or the target daemon started; checks_scrape.py);
 - ``*`` ``shard layout record``: ``up`` would refuse the tier's shard layout record (another
   tier's, or unreadable: deployer/monitoring/handoff.py); the rest is checked as if there were
-  none;
+  none; ``*`` ``re-shard finished``: the inventory asks for another shard layout than the last
+  whole ``up`` recorded (the targets rows then expect the hand-over: each moved host scraped by
+  its old and its new shard);
 - ``*`` ``external labels distinct`` / ``replicas evaluate the same rules``: two replicas share
   external labels / evaluate different rule groups or rules;
 - prometheus_global (the federation tier's pair, deployer/monitoring/federation.py): the rows
@@ -571,6 +573,10 @@ def _alertmanager_checks(
 
 #: the row of a shard layout record ``up`` refuses (StackExpectation.record_problems)
 RECORD_CHECK = "shard layout record"
+#: the row of a re-shard the last whole ``up`` did not finish (StackExpectation.reshards)
+RESHARD_CHECK = "re-shard finished"
+#: rows waiting cannot mend: someone must mend the record, or run ``up``
+NOT_WAITED_ON = (RECORD_CHECK, RESHARD_CHECK)
 
 
 def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> list[Check]:
@@ -601,6 +607,19 @@ def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> 
     # ``up`` refuses these before touching a host; the targets above are what it would converge
     checks.extend(
         Check("prometheus", "*", RECORD_CHECK, FAILED, said) for said in exp.record_problems
+    )
+    # the rows above expect the hand-over (old and new owners); this one says why
+    checks.extend(
+        Check(
+            "prometheus",
+            "*",
+            RESHARD_CHECK,
+            FAILED,
+            f"{said}. A whole `up` hands the moved hosts over to their new shards and records "
+            "the layout; until it has, their new shards do not scrape them (while an `up` "
+            "hands over, this stays until it has finished)",
+        )
+        for said in exp.reshards
     )
     checks.extend(_global_pair_checks(exp, obs, starts, now, with_hosts))
     for peer in exp.alertmanagers:
@@ -769,8 +788,9 @@ def collect_until(
     while True:
         checks = collect(exp, fetch, hosts, now=now)
         left = deadline - monotonic()
-        # a record up refuses stays until someone mends it: no reason to wait on its row
-        if all(c.ok or c.check == RECORD_CHECK for c in checks) or left <= 0:
+        # a record up refuses stays until someone mends it, a re-shard until up has run: no
+        # reason to wait on their rows alone
+        if all(c.ok or c.check in NOT_WAITED_ON for c in checks) or left <= 0:
             return checks
         sleep(min(every_s, left))
 

@@ -111,7 +111,7 @@ def test_a_tier_whose_re_shard_up_has_not_finished_is_refused_naming_both_layout
         tier_of(path)
     said = str(refused.value)
     assert f"{record}: one pair of prom01, prom02 recorded" in said
-    assert "the inventory asks for shards a, b of prom01, prom02, prom03, prom04" in said
+    assert "the inventory asks for shards a, b (by host) of prom01, prom02, prom03, prom04" in said
     assert "run a whole `gpumon-deploy up` first" in said
     assert json.loads(record.read_text()) == pair  # left as it was
     # once up has recorded the layout, the tier loads (and each node has its shard's pair)

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from deployer import cli
 from deployer.errors import InputError
 from deployer.monitoring import handoff
+from deployer.monitoring.http import Response
 from deployer.results import RunReport
 from deployer.session import DeploySession, RunOptions
 
@@ -215,7 +216,9 @@ def test_two_tiers_given_one_record_are_refused_naming_it(tmp_path):
         handoff.previous(west, handoff.Layout(handoff.UNSHARDED, "host", ("prom07", "prom08")))
     assert refused.value.key == handoff.RECORD_VAR
     assert str(given) in str(refused.value) and "two Prometheus tiers" in str(refused.value)
-    assert "shards a, b of prom01, prom02; one pair of prom07, prom08" in str(refused.value)
+    assert "shards a, b (by host) of prom01, prom02; one pair of prom07, prom08" in str(
+        refused.value
+    )
     assert not given.exists()
 
 
@@ -229,7 +232,7 @@ def test_another_tiers_record_is_refused_before_anything_is_planned(tmp_path):
         dcgm_hosts(tmp_path, {"prom11": "", "prom12": ""})
     said = str(refused.value)
     assert refused.value.key == handoff.RECORD_VAR and str(record) in said
-    assert "another tier's (shards a, b of prom01, prom02, prom03, prom04)" in said
+    assert "another tier's (shards a, b (by host) of prom01, prom02, prom03, prom04)" in said
     assert "this tier is one pair of prom11, prom12" in said and "set `cluster`" in said
     assert record.read_text() == kept
 
@@ -329,7 +332,6 @@ def test_status_shows_another_tiers_record_as_a_failed_row_and_checks_the_rest(t
     # up refuses the record before touching a host; status, which only reads, still checks the
     # stack (as if there were no record: no hand-over expected) and names the record's problem.
     from deployer.monitoring import status
-    from deployer.monitoring.http import Response
 
     converged(tmp_path, TWO)
     record = next((tmp_path / "records").iterdir())
@@ -339,7 +341,7 @@ def test_status_shows_another_tiers_record_as_a_failed_row_and_checks_the_rest(t
     assert [r.host for r in exp.replicas] == ["prom11", "prom12"]
     assert {t.node for t in exp.targets if t.job == "dcgm"} == set(GPUS)
     [said] = exp.record_problems
-    assert str(record) in said and "another tier's (shards a, b of prom01" in said
+    assert str(record) in said and "another tier's (shards a, b (by host) of prom01" in said
 
     def unanswered(url: str, *_: object) -> Response:
         return Response(0, error=f"no answer from {url}")
@@ -380,3 +382,47 @@ def test_status_wait_does_not_wait_on_a_record_row_alone(monkeypatch):
     slept: list[float] = []
     got = status.collect_until(status.StackExpectation(), None, wait_s=300, sleep=slept.append)
     assert got[1] == record and got[0].ok and slept == [status.WAIT_EVERY_S] and not rounds
+
+
+def test_status_says_a_re_shard_up_has_not_finished_and_expects_the_hand_over(tmp_path):
+    # The inventory asks for a third shard; the last whole up recorded two. Each moved host is
+    # expected from its old and its new shard (what up's first pass renders), and one row says
+    # why the new shard's replicas do not have it yet.
+    from deployer.monitoring import status
+
+    converged(tmp_path, TWO)
+    record = next((tmp_path / "records").iterdir())
+    kept = record.read_text()
+    (tmp_path / "inventory.yml").write_text(inventory(THREE))
+    exp = status.load_expectation(tmp_path / "inventory.yml", site=tmp_path / "site.yml")
+    assert exp.record_problems == []
+    [said] = exp.reshards
+    assert said == (
+        f"{record}: shards a, b (by host) of prom01, prom02, prom03, prom04 recorded, the inventory asks "
+        "for shards a, b, c (by host) of prom01, prom02, prom03, prom04, prom05, prom06"
+    )
+    handoff.forget()
+    during = dcgm_hosts(tmp_path, THREE)  # up's first pass
+    expected = {
+        r: {t.node for t in targets if t.job == "dcgm"}
+        for r, targets in exp.replica_targets.items()
+    }
+    assert expected == during
+    checks = status.collect(exp, lambda url, *_: Response(0, error="no"), None,
+                            store_fetch=lambda url, *_: Response(0, error="no"))  # fmt: skip
+    [row] = [c for c in checks if c.check == status.RESHARD_CHECK]
+    assert (row.host, row.state) == ("*", "failed") and row.detail.startswith(said)
+    assert "A whole `up` hands the moved hosts over" in row.detail
+    assert record.read_text() == kept  # status records nothing
+
+
+def test_status_wait_does_not_wait_on_a_re_shard_row_alone(monkeypatch):
+    from deployer.monitoring import status
+    from deployer.monitoring.check import FAILED, Check
+
+    row = Check("prometheus", "*", status.RESHARD_CHECK, FAILED, "shards a, b recorded")
+    monkeypatch.setattr(status, "collect", lambda *_, **__: [row])
+    slept: list[float] = []
+    assert status.collect_until(status.StackExpectation(), None, wait_s=300,
+                                sleep=slept.append) == [row]  # fmt: skip
+    assert slept == []
