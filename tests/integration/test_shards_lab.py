@@ -23,7 +23,8 @@ product splits the GPU and node targets between the pairs in each pair's file_sd
   the store returns each GPU once across the shards; with shard b stopped, the global pair fires
   PrometheusShardUnreachable for b and its records still hold every GPU of shard a;
 - the tier re-sharded by rack: before ``up`` runs, ``upgrade-driver`` of the new inventory is
-  refused (exit 2) naming the record, with no run started and the host's driver as it was; then
+  refused (exit 2) naming the record, with no run started and the host's driver as it was, and
+  ``status`` has a failed ``re-shard finished`` row naming it; then
   one ``up`` moves hosts with none unscraped for more than an interval and no replica restarted.
 
 The lab is ``<session lab name>-shards`` (its own bridge and subnet), brought up here and taken
@@ -595,6 +596,13 @@ def test_a_reshard_is_one_up_that_leaves_no_target_unscraped_and_restarts_no_rep
     assert "run a whole `gpumon-deploy up` first" in proc.stderr
     assert list(runs.iterdir()) == [] and record.read_text() == recorded
     assert slab.ssh("gpu02", driver).stdout == had
+    # and status (one round) says why the moved hosts' new shards do not scrape them yet
+    proc = run_cli("status", "-i", str(by_rack), "--output", "json", timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    [row] = [c for c in json.loads(proc.stdout)["failed"] if c["check"] == "re-shard finished"]
+    assert row["host"] == "*" and f"{record}: shards a, b (by host) of" in row["detail"], row
+    assert "the inventory asks for shards a, b (by rack) of" in row["detail"], row
+    assert record.read_text() == recorded
 
     watch = ScrapeWatch(urls)
     watch.start()
