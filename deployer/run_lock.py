@@ -9,7 +9,8 @@ inventory's real path (``$GPUMON_LOCK_DIR``, else ``$XDG_STATE_HOME/gpumon-deplo
 the file 0600 and holding who has it), and a second one is refused at once, with exit 2, naming
 the holder, before it reads a fact or writes anything. The kernel drops the lock when the holder
 exits, however it ends (killed included), so nothing stale is left to clean up. Read-only
-commands (``check``, ``status``, ``facts``, ``--check``) take no lock.
+commands (``check``, ``status``, ``facts``, ``--check``) take no lock; ``status`` reads who holds
+it (:func:`holder`) without taking it.
 
 What it does not see: a run from another controller, or of another file listing the same hosts.
 """
@@ -21,6 +22,7 @@ import datetime
 import fcntl
 import hashlib
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from deployer.controller_secrets import state_home
 from deployer.errors import InputError
 
 LOCK_DIR_ENV = "GPUMON_LOCK_DIR"
+PROC_LOCKS = Path("/proc/locks")
 
 
 def lock_dir() -> Path:
@@ -81,3 +84,52 @@ def changing(inventory: str | Path, command: str) -> Iterator[None]:
 
     with exclusive(path, f"{command}, pid {os.getpid()}, since {started}\n", refused):
         yield
+
+
+def flock_held(path: Path, locks: Path = PROC_LOCKS) -> bool | None:
+    """Whether a process holds a ``flock`` on ``path`` now, read from ``/proc/locks`` (the file's
+    device and inode among its FLOCK entries), which takes nothing: trying the lock ourselves
+    could turn away a run starting at the same moment. None where ``locks`` cannot be read."""
+    try:
+        text = locks.read_text()
+    except OSError:
+        return None
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return False
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    for line in text.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 9001 fe:00:2342913 0 EOF": device major:minor in hex, then
+        # the inode in decimal (as Debian 12's controller printed it for a flock taken by pid
+        # 9001 on inode 2342913 of device 254:0; tests/unit/test_status_rollouts.py checks it on
+        # the running kernel); blocked waiters ("1: -> FLOCK ...") hold nothing.
+        words = line.split()
+        if len(words) < 6 or words[1] != "FLOCK":
+            continue
+        major, minor, inode = [*words[5].split(":"), "", "", ""][:3]
+        try:
+            if (int(major, 16), int(minor, 16), int(inode)) == want:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def holder(inventory: str | Path, locks: Path = PROC_LOCKS) -> str | None:
+    """Who is changing the hosts of ``inventory`` now, as the holder wrote it (``up, pid N,
+    since ...``); None when nobody is. Where ``/proc/locks`` cannot be read, the pid the holder
+    wrote is checked for a live process (the file is emptied on release, but not by a holder
+    that was killed)."""
+    path = lock_path(inventory)
+    held = flock_held(path, locks)
+    if held is False:
+        return None
+    try:
+        said = path.read_text().strip()
+    except OSError:
+        said = ""
+    if held is None:
+        pid = re.search(r"\bpid (\d+)", said)
+        return said if pid and Path(f"/proc/{pid[1]}").exists() else None
+    return said or "holder unknown"

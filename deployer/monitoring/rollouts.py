@@ -5,22 +5,20 @@ A run keeps ``<state root>/<run id>/state.json`` and, while a controller drives 
 exclusive ``flock`` on ``lock`` in the same directory, with its pid written there
 (``deployer.rollout.state.StateStore.locked``). A record whose ``status`` is still "running"
 while nobody holds the lock is a controller that died (killed, host rebooted) mid-run. Whether
-the lock is held is read from ``/proc/locks`` (the lock file's device and inode among the FLOCK
-entries), which takes nothing: trying the lock ourselves could turn away a controller starting
-at the same moment. Where ``/proc/locks`` cannot be read, the pid in the lock file is checked
-for a live process instead.
+the lock is held is read from ``/proc/locks`` (``deployer.run_lock.flock_held``), which takes
+nothing: trying the lock ourselves could turn away a controller starting at the same moment.
+Where ``/proc/locks`` cannot be read, the pid in the lock file is checked for a live process
+instead.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from deployer.rollout.state import LOCK_FILE, STATE_FILE, state_root
-
-PROC_LOCKS = Path("/proc/locks")
+from deployer.run_lock import PROC_LOCKS, flock_held
 
 
 @dataclass(frozen=True)
@@ -45,27 +43,6 @@ class RunInfo:
     error: str | None = None  # the record exists but could not be read
 
 
-def _flock_holders(path: Path, locks_text: str) -> bool:
-    """Whether ``/proc/locks`` (``locks_text``) lists a FLOCK on ``path``'s inode."""
-    st = path.stat()
-    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
-    for line in locks_text.splitlines():
-        # "1: FLOCK  ADVISORY  WRITE 9001 fe:00:2342913 0 EOF": device major:minor in hex, then
-        # the inode in decimal (as Debian 12's controller printed it for a flock taken by pid
-        # 9001 on inode 2342913 of device 254:0; tests/unit/test_status_rollouts.py checks it on
-        # the running kernel); blocked waiters ("1: -> FLOCK ...") hold nothing.
-        words = line.split()
-        if len(words) < 6 or words[1] != "FLOCK":
-            continue
-        major, minor, inode = [*words[5].split(":"), "", "", ""][:3]
-        try:
-            if (int(major, 16), int(minor, 16), int(inode)) == want:
-                return True
-        except ValueError:
-            continue
-    return False
-
-
 def _pid_alive(path: Path) -> bool:
     try:
         pid = int(path.read_text().strip() or "0")
@@ -79,11 +56,8 @@ def lock_held(run_dir: Path, locks: Path = PROC_LOCKS) -> bool:
     lock = run_dir / LOCK_FILE
     if not lock.is_file():
         return False
-    try:
-        text = locks.read_text()
-    except OSError:
-        return _pid_alive(lock)
-    return _flock_holders(lock, text)
+    held = flock_held(lock, locks)
+    return _pid_alive(lock) if held is None else held
 
 
 def run_info(run_id: str, root: Path | None = None, locks: Path = PROC_LOCKS) -> RunInfo:

@@ -77,6 +77,30 @@ def test_a_killed_holder_leaves_no_lock_behind(tmp_path):
         pass
 
 
+def test_who_holds_the_lock_is_read_without_taking_it(tmp_path):
+    # status reads it (a re-shard under way): in /proc/locks, so a run starting at that moment
+    # is never turned away
+    inv = tmp_path / "inventory.yml"
+    assert run_lock.holder(inv) is None  # no lock file yet
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(inv)], stdout=subprocess.PIPE, text=True, env=os.environ
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        said = run_lock.holder(inv)
+        assert said is not None and said.startswith(f"up, pid {holder.pid}, since ")
+        no_proc = tmp_path / "no-proc-locks"  # without /proc/locks: the pid it wrote, alive
+        assert run_lock.holder(inv, locks=no_proc) == said
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(30)
+    assert run_lock.holder(inv) is None  # the kernel dropped it with its holder
+    assert run_lock.holder(inv, locks=no_proc) is None  # its text is left, its pid is gone
+    with run_lock.changing(inv, "up"):  # never taken by reading it
+        assert run_lock.holder(inv) == run_lock.lock_path(inv).read_text().strip()
+    assert run_lock.holder(inv) is None and run_lock.holder(inv, locks=no_proc) is None
+
+
 class Loaded(Exception):
     """The run got as far as loading the inventory."""
 
