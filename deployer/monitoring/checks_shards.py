@@ -1,4 +1,5 @@
-"""The ``status`` row that proves the shard split (pure: observed data in, ``Check`` rows out).
+"""The ``status`` rows of a sharded tier (pure: observed data in, ``Check`` rows out): the one
+that proves the shard split, and the one of a re-shard the last whole ``up`` has not finished.
 
 For each sharded job (``dcgm``, ``node``; deployer/monitoring/shards.py): every target of the
 inventory is scraped by exactly one shard, by every replica of that shard, and by no replica of
@@ -15,6 +16,26 @@ from deployer.monitoring.check import FAILED, OK, PENDING, Check, worst
 from deployer.monitoring.file_sd import Target
 
 CHECK = "every target scraped by exactly one shard"
+#: the row of a re-shard the last whole ``up`` did not finish (StackExpectation.reshards)
+RESHARD_CHECK = "re-shard finished"
+
+
+def reshard_check(change: str, changing_run: str | None) -> Check:
+    """``change``: the record and both layouts (deployer/monitoring/handoff.py ``changes``);
+    ``changing_run``: who holds the inventory's run lock (deployer/run_lock.py ``holder``),
+    then the ``up`` handing over, or None."""
+    if changing_run is not None:
+        said = (
+            f"{change}. A run holds this inventory's lock ({changing_run}): an `up` hands the "
+            "moved hosts over to their new shards and records the layout once every replica "
+            "has them; run status again when it has finished"
+        )
+    else:
+        said = (
+            f"{change}. No `up` runs: a whole `up` hands the moved hosts over to their new "
+            "shards and records the layout; until it has, their new shards do not scrape them"
+        )
+    return Check("prometheus", "*", RESHARD_CHECK, FAILED, said)
 
 
 def shard_checks(

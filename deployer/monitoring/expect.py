@@ -96,6 +96,9 @@ class StackExpectation:
     # re-shards the last whole ``up`` has not finished (handoff.changes): the inventory asks
     # for a layout the record does not hold; the targets above are the hand-over's
     reshards: list[str] = field(default_factory=list)
+    # with reshards: the changing run that holds the inventory's lock (run_lock.holder), which
+    # is then the ``up`` handing over; None: none runs (or it cannot be told)
+    changing_run: str | None = None
 
 
 # ---------------------------------------------------------------- expectation from the inventory
@@ -243,6 +246,10 @@ def load_expectation(
         exp.store = store.expect(variables_of)
         exp.reshards = handoff.changes()
     exp.record_problems = record_problems
+    if exp.reshards:
+        from deployer import run_lock
+
+        exp.changing_run = run_lock.holder(inventory)
     if not exp.replicas and not exp.alertmanagers:
         raise InputError(
             "no host of the inventory is in a Prometheus or Alertmanager play of the site: "

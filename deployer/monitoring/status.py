@@ -20,7 +20,8 @@ fails, naming the host and the cause, when:
   tier's, or unreadable: deployer/monitoring/handoff.py); the rest is checked as if there were
   none; ``*`` ``re-shard finished``: the inventory asks for another shard layout than the last
   whole ``up`` recorded (the targets rows then expect the hand-over: each moved host scraped by
-  its old and its new shard);
+  its old and its new shard), naming the run holding the inventory's lock (the ``up`` handing
+  over) or saying none runs;
 - ``*`` ``external labels distinct`` / ``replicas evaluate the same rules``: two replicas share
   external labels / evaluate different rule groups or rules;
 - prometheus_global (the federation tier's pair, deployer/monitoring/federation.py): the rows
@@ -89,7 +90,7 @@ from deployer.monitoring.checks_loaded import (
     same_rules_check,
 )
 from deployer.monitoring.checks_scrape import active_targets, scrape_checks
-from deployer.monitoring.checks_shards import shard_checks
+from deployer.monitoring.checks_shards import RESHARD_CHECK, reshard_check, shard_checks
 from deployer.monitoring.expect import (
     Endpoint,
     Peer,
@@ -573,8 +574,6 @@ def _alertmanager_checks(
 
 #: the row of a shard layout record ``up`` refuses (StackExpectation.record_problems)
 RECORD_CHECK = "shard layout record"
-#: the row of a re-shard the last whole ``up`` did not finish (StackExpectation.reshards)
-RESHARD_CHECK = "re-shard finished"
 #: rows waiting cannot mend: someone must mend the record, or run ``up``
 NOT_WAITED_ON = (RECORD_CHECK, RESHARD_CHECK)
 
@@ -609,18 +608,7 @@ def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> 
         Check("prometheus", "*", RECORD_CHECK, FAILED, said) for said in exp.record_problems
     )
     # the rows above expect the hand-over (old and new owners); this one says why
-    checks.extend(
-        Check(
-            "prometheus",
-            "*",
-            RESHARD_CHECK,
-            FAILED,
-            f"{said}. A whole `up` hands the moved hosts over to their new shards and records "
-            "the layout; until it has, their new shards do not scrape them (while an `up` "
-            "hands over, this stays until it has finished)",
-        )
-        for said in exp.reshards
-    )
+    checks.extend(reshard_check(said, exp.changing_run) for said in exp.reshards)
     checks.extend(_global_pair_checks(exp, obs, starts, now, with_hosts))
     for peer in exp.alertmanagers:
         checks.extend(_alertmanager_checks(exp, peer, obs, now, with_hosts))

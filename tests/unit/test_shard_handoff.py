@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from deployer import cli
+from deployer import cli, run_lock
 from deployer.errors import InputError
 from deployer.monitoring import handoff
 from deployer.monitoring.http import Response
@@ -412,8 +412,17 @@ def test_status_says_a_re_shard_up_has_not_finished_and_expects_the_hand_over(tm
                             store_fetch=lambda url, *_: Response(0, error="no"))  # fmt: skip
     [row] = [c for c in checks if c.check == status.RESHARD_CHECK]
     assert (row.host, row.state) == ("*", "failed") and row.detail.startswith(said)
-    assert "A whole `up` hands the moved hosts over" in row.detail
+    assert "No `up` runs: a whole `up` hands the moved hosts over" in row.detail
     assert record.read_text() == kept  # status records nothing
+    # while an up holds the inventory's lock, it is the one handing over: the row names it
+    with run_lock.changing(tmp_path / "inventory.yml", "up"):
+        during_up = status.load_expectation(tmp_path / "inventory.yml", site=tmp_path / "site.yml")
+    assert during_up.changing_run is not None and during_up.changing_run.startswith("up, pid ")
+    checks = status.collect(during_up, lambda url, *_: Response(0, error="no"), None,
+                            store_fetch=lambda url, *_: Response(0, error="no"))  # fmt: skip
+    [row] = [c for c in checks if c.check == status.RESHARD_CHECK]
+    assert f"A run holds this inventory's lock ({during_up.changing_run})" in row.detail
+    assert "run status again when it has finished" in row.detail
 
 
 def test_status_wait_does_not_wait_on_a_re_shard_row_alone(monkeypatch):
