@@ -6,7 +6,8 @@ product splits the GPU and node targets between the pairs in each pair's file_sd
   pair (prom03, prom04) takes only its own shard's; then ``status``: green, with the rows proving
   every target is scraped by exactly one shard, by both replicas;
 - a second ``up`` of the same inventory, started while the sharded one waits between its passes:
-  refused at once (exit 2) naming the first; another tier's shard layout record: ``status`` shows
+  refused at once (exit 2) naming the first; ``status`` then: a failed ``re-shard finished`` row
+  naming the ``up`` (its pid) that holds the inventory's lock; another tier's shard layout record: ``status`` shows
   it as its one failed row, ``up`` refuses it and no replica's targets file changes;
 - ``upgrade-driver`` of one GPU host: validated by its own shard's pair alone, which sees its
   GPUs with the new driver (the other pair never scrapes it);
@@ -117,6 +118,9 @@ HAND_OVER: dict[str, dict[str, set[str]]] = {}
 NOTES: list[str] = []
 #: a second ``up`` of the same inventory, started while the sharded ``up`` waited between passes
 SECOND_UP: list[subprocess.CompletedProcess[str]] = []
+#: one round of ``status`` then, and the sharded ``up``'s pid
+STATUS_DURING: list[subprocess.CompletedProcess[str]] = []
+UP_PID: list[int] = []
 
 
 def dcgm_file(lab: Lab, replica: str) -> set[str]:
@@ -134,6 +138,7 @@ def deployed(slab: Lab, inventory: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     up = subprocess.Popen([*CLI, "up", "-i", str(inventory)], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    UP_PID[:] = [up.pid]
     said: list[str] = []
     failed: list[BaseException] = []
 
@@ -146,6 +151,9 @@ def deployed(slab: Lab, inventory: Path) -> None:
                     HAND_OVER["during"] = {r: dcgm_file(slab, r) for r in SHARD_OF}
                     # a second operator's up while this one is mid re-shard (deployer/run_lock.py)
                     SECOND_UP.append(run_cli("up", "-i", str(inventory), timeout=120))
+                    STATUS_DURING.append(
+                        run_cli("status", "-i", str(inventory), "--output", "json", timeout=300)
+                    )
                 except BaseException as exc:  # kept for the test's message, not lost in the thread
                     failed.append(exc)
 
@@ -259,6 +267,19 @@ def test_a_second_up_while_one_re_shards_is_refused_naming_it_and_touches_nothin
     assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
     assert "another gpumon-deploy run is changing the hosts of this inventory" in second.stderr
     assert "(up, pid " in second.stderr and second.stdout == ""
+
+
+def test_status_during_the_hand_over_names_the_up_that_is_handing_over(slab: Lab, deployed: None):
+    # status read the lock's holder from /proc/locks (taking nothing: the up went on, above)
+    [during] = STATUS_DURING
+    rows = [c for c in json.loads(during.stdout)["failed"] if c["check"] == "re-shard finished"]
+    assert len(rows) == 1, during.stdout[-3000:] + during.stderr[-2000:]
+    detail = rows[0]["detail"]
+    assert (
+        "one pair of prom01, prom02 recorded, the inventory asks for shards a, b (by host)"
+        in detail
+    )
+    assert f"A run holds this inventory's lock (up, pid {UP_PID[0]}, since " in detail, detail
 
 
 def test_status_shows_another_tiers_shard_record_and_up_refuses_it_touching_nothing(
