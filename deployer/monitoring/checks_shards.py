@@ -24,16 +24,23 @@ def reshard_check(change: str, changing_run: str | None) -> Check:
     """``change``: the record and both layouts (deployer/monitoring/handoff.py ``changes``);
     ``changing_run``: who holds the inventory's run lock (deployer/run_lock.py ``holder``),
     then the ``up`` handing over, or None."""
-    if changing_run is not None:
+    up = (
+        "hands the moved hosts over to their new shards and records the layout once every "
+        "replica has them"
+    )
+    if changing_run is not None and changing_run.startswith("up,"):
         said = (
-            f"{change}. A run holds this inventory's lock ({changing_run}): an `up` hands the "
-            "moved hosts over to their new shards and records the layout once every replica "
-            "has them; run status again when it has finished"
+            f"{change}. A run holds this inventory's lock ({changing_run}): the `up` {up}; run "
+            "status again when it has finished"
         )
     else:
+        now = (
+            "No `up` runs"
+            if changing_run is None
+            else f"Another run ({changing_run}) holds the lock"
+        )
         said = (
-            f"{change}. No `up` runs: a whole `up` hands the moved hosts over to their new "
-            "shards and records the layout; until it has, their new shards do not scrape them"
+            f"{change}. {now}: a whole `up` {up}; until it has, their new shards do not scrape them"
         )
     return Check("prometheus", "*", RESHARD_CHECK, FAILED, said)
 

@@ -71,3 +71,19 @@ def test_the_expectation_gives_each_replica_its_own_shards_targets():
     assert a and b and not a & b
     assert {t.instance for t in exp.targets if t.job == "dcgm"} == a | b
     assert {exp.node_shards[n] for n in ("gpu01", "gpu02", "gpu03")} <= {"a", "b"}
+
+
+def test_the_re_shard_row_says_whether_the_run_holding_the_lock_is_the_up_handing_over():
+    from deployer.monitoring.checks_shards import reshard_check
+
+    change = "rec.json: shards a (by host) of p1, p2 recorded, the inventory asks for ..."
+    up = reshard_check(change, "up, pid 42, since 2026-12-05 14:00:00 UTC")
+    assert up.state == "failed" and up.detail.startswith(change)
+    assert (
+        "(up, pid 42, since 2026-12-05 14:00:00 UTC): the `up` hands the moved hosts" in up.detail
+    )
+    other = reshard_check(change, "upgrade-driver, pid 43, since 2026-12-05 13:00:00 UTC")
+    assert "Another run (upgrade-driver, pid 43" in other.detail
+    assert "a whole `up` hands the moved hosts over" in other.detail
+    none = reshard_check(change, None)
+    assert "No `up` runs: a whole `up` hands the moved hosts over" in none.detail
