@@ -91,6 +91,7 @@ from deployer.monitoring.checks_loaded import (
 )
 from deployer.monitoring.checks_scrape import active_targets, scrape_checks
 from deployer.monitoring.checks_shards import RESHARD_CHECK, reshard_check, shard_checks
+from deployer.monitoring.checks_thanos import ready, thanos_checks
 from deployer.monitoring.expect import (
     Endpoint,
     Peer,
@@ -147,17 +148,6 @@ class _Obs:
     slurm: Any = None  # monitoring.slurm.SlurmObservation, when the inventory opts in
 
 
-def _ready(fetch: Fetch, url: str) -> tuple[str, str]:
-    r = fetch(f"{url}/-/ready")
-    if r.error is not None:
-        return FAILED, r.error
-    if r.status == 200:
-        return OK, f"{url}/-/ready"
-    if r.status == 503:
-        return PENDING, f"starting: {url}/-/ready answered HTTP 503 ({r.body.strip()[:80]})"
-    return FAILED, f"/-/ready answered HTTP {r.status}"
-
-
 def replica_started(fetch: Fetch, url: str, gauges: Mapping[str, float] | None) -> float | None:
     """When the replica's process started, as a bound every sample its predecessor wrote is
     older than: ``startTime`` of ``/api/v1/status/runtimeinfo``, the web handler's ``time.Now()``
@@ -182,7 +172,7 @@ def _observe_replica(
 ) -> None:
     """One replica's answers; ``gpus``: also the GPUs it sampled (not on a global replica, which
     scrapes no exporter)."""
-    obs.ready[rep.host] = _ready(fetch, rep.url)
+    obs.ready[rep.host] = ready(fetch, rep.url)
     if obs.ready[rep.host][0] != OK:
         return
     gauges, err = self_gauges(fetch, rep.url, PROMETHEUS_GAUGES)
@@ -685,52 +675,6 @@ def _global_pair_checks(
     return [dataclasses.replace(c, component=GLOBAL) for c in checks]
 
 
-def _thanos_checks(exp: StackExpectation, fetch: Fetch) -> list[Check]:
-    if not exp.thanos_active:
-        return [
-            Check(
-                "thanos",
-                "-",
-                "deployed",
-                OK,
-                "not deployed (thanos_enabled false, or auto with no Thanos archive configured)",
-            )
-        ]
-    checks = []
-    for kind, endpoints in (("thanos sidecar", exp.thanos_sidecars), ("thanos query", exp.thanos_queries)):  # fmt: skip
-        for e in endpoints:
-            state, why = _ready(fetch, e.url)
-            checks.append(Check(kind, e.host, "ready", state, why))
-            if state == OK and kind == "thanos query":
-                checks.append(check_query_stores(exp, e, fetch))
-    return checks
-
-
-def check_query_stores(exp: StackExpectation, query_ep: Endpoint, fetch: Fetch) -> Check:
-    """Every sidecar is a healthy store of this Query (``/api/v1/stores``, the API behind the
-    Query UI's Stores page: ``{"data": {"<type>": [{"name": "host:port", "lastError": ...}]}}``;
-    the shape is from Thanos' UI code, not checked against a running Thanos here)."""
-    data, err = get_json(fetch, f"{query_ep.url}/api/v1/stores")
-    if err is not None:
-        return Check("thanos query", query_ep.host, "every sidecar a store", FAILED, err)
-    healthy = {
-        s.get("name")
-        for stores in (data.get("data") or {}).values()
-        for s in stores or []
-        if not s.get("lastError")
-    }
-    missing = [a for a in exp.thanos_stores if a not in healthy]
-    return Check.of(
-        "thanos query",
-        query_ep.host,
-        "every sidecar a store",
-        not missing,
-        f"not healthy stores: {', '.join(missing)}"
-        if missing
-        else f"{len(exp.thanos_stores)}/{len(exp.thanos_stores)} sidecars",
-    )
-
-
 def collect(
     exp: StackExpectation,
     fetch: Fetch,
@@ -756,7 +700,7 @@ def collect(
         counts = {n: c for n, (c, _) in gpu_counts(exp, obs).items() if c is not None}
         stored_exp = dataclasses.replace(stored_exp, gpus=counts)
     stored = store.collect(stored_exp, sfetch)
-    return checks + _thanos_checks(exp, fetch) + stored
+    return checks + thanos_checks(exp, fetch) + stored
 
 
 def collect_until(
