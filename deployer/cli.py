@@ -238,8 +238,12 @@ def up(
         site=site,
         roles_path=list(roles_path),
     )
-    whole = limit is None and not tags and not skip_tags and not check_mode
-    with contextlib.nullcontext() if check_mode else run_lock.changing(inventory, "up"):
+    partial = [flag for flag, given in (("--limit", limit is not None), ("--tags", tags),
+                                        ("--skip-tags", skip_tags)) if given]  # fmt: skip
+    whole = not partial and not check_mode
+    # the lock says whether this up hands a re-shard over (status names it: checks_shards)
+    label = f"up with {' '.join(partial)}" if partial else "up"
+    with contextlib.nullcontext() if check_mode else run_lock.changing(inventory, label):
         reports = _up_passes(options, whole, check_mode, diff, forks, out_of_service,
                              allow_ha_degraded)  # fmt: skip
     report = RunReport.merged(reports)
@@ -528,7 +532,11 @@ def status(
     pool = None if api_only else stack.open_hosts(exp)
     try:
         checks = stack.collect_until(
-            exp, http_fetch, pool.get if pool is not None else None, wait_s=wait_s
+            exp,
+            http_fetch,
+            pool.get if pool is not None else None,
+            wait_s=wait_s,
+            replan=lambda: stack.load_expectation(inventory, list(extra_vars)),
         )
     finally:
         if pool is not None:

@@ -20,6 +20,13 @@ CHECK = "every target scraped by exactly one shard"
 RESHARD_CHECK = "re-shard finished"
 
 
+def up_hands_over(changing_run: str | None) -> bool:
+    """Whether the run holding the inventory's lock (deployer/run_lock.py ``holder``) is a whole
+    ``up``, which hands the moved hosts over and records the layout (an ``up with --limit`` or
+    another command does not)."""
+    return changing_run is not None and changing_run.startswith("up,")
+
+
 def reshard_check(change: str, changing_run: str | None) -> Check:
     """``change``: the record and both layouts (deployer/monitoring/handoff.py ``changes``);
     ``changing_run``: who holds the inventory's run lock (deployer/run_lock.py ``holder``),
@@ -28,7 +35,7 @@ def reshard_check(change: str, changing_run: str | None) -> Check:
         "hands the moved hosts over to their new shards and records the layout once every "
         "replica has them"
     )
-    if changing_run is not None and changing_run.startswith("up,"):
+    if up_hands_over(changing_run):
         said = (
             f"{change}. A run holds this inventory's lock ({changing_run}): the `up` {up}; run "
             "status again when it has finished"

@@ -90,7 +90,12 @@ from deployer.monitoring.checks_loaded import (
     same_rules_check,
 )
 from deployer.monitoring.checks_scrape import active_targets, scrape_checks
-from deployer.monitoring.checks_shards import RESHARD_CHECK, reshard_check, shard_checks
+from deployer.monitoring.checks_shards import (
+    RESHARD_CHECK,
+    reshard_check,
+    shard_checks,
+    up_hands_over,
+)
 from deployer.monitoring.checks_thanos import ready, thanos_checks
 from deployer.monitoring.expect import (
     Endpoint,
@@ -564,8 +569,6 @@ def _alertmanager_checks(
 
 #: the row of a shard layout record ``up`` refuses (StackExpectation.record_problems)
 RECORD_CHECK = "shard layout record"
-#: rows waiting cannot mend: someone must mend the record, or run ``up``
-NOT_WAITED_ON = (RECORD_CHECK, RESHARD_CHECK)
 
 
 def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> list[Check]:
@@ -713,18 +716,30 @@ def collect_until(
     now: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
     monotonic: Callable[[], float] = time.monotonic,
+    replan: Callable[[], StackExpectation] | None = None,
 ) -> list[Check]:
     """``collect`` again every ``every_s`` while a check is not ok, for at most ``wait_s``
-    seconds; the last round's checks (``wait_s`` 0: one round)."""
+    seconds; the last round's checks (``wait_s`` 0: one round). While a re-shard is unfinished,
+    each round plans its expectation anew (``replan``): the ``up`` handing over records the new
+    layout when its replicas have their hosts, and from then on the old owners are expected to
+    let go of the moved hosts, not to keep them."""
     deadline = monotonic() + wait_s
     while True:
         checks = collect(exp, fetch, hosts, now=now)
         left = deadline - monotonic()
-        # a record up refuses stays until someone mends it, a re-shard until up has run: no
-        # reason to wait on their rows alone
-        if all(c.ok or c.check in NOT_WAITED_ON for c in checks) or left <= 0:
+        if left <= 0 or all(c.ok or not _waited_on(c, exp) for c in checks):
             return checks
         sleep(min(every_s, left))
+        if exp.reshards and replan is not None:
+            exp = replan()
+
+
+def _waited_on(check: Check, exp: StackExpectation) -> bool:
+    """Whether waiting can mend a row that is not ok: not a record ``up`` refuses (it stays until
+    someone mends it), nor a re-shard no whole ``up`` is finishing (it stays until one runs)."""
+    if check.check == RESHARD_CHECK:
+        return up_hands_over(exp.changing_run)
+    return check.check != RECORD_CHECK
 
 
 def open_hosts(exp: StackExpectation) -> ConnectionPool:

@@ -120,6 +120,8 @@ NOTES: list[str] = []
 SECOND_UP: list[subprocess.CompletedProcess[str]] = []
 #: one round of ``status`` then, and the sharded ``up``'s pid
 STATUS_DURING: list[subprocess.CompletedProcess[str]] = []
+#: a ``status --wait`` begun then, left to follow the ``up`` to its end
+STATUS_WAITING: list[subprocess.Popen[str]] = []
 UP_PID: list[int] = []
 
 
@@ -154,6 +156,11 @@ def deployed(slab: Lab, inventory: Path) -> None:
                     STATUS_DURING.append(
                         run_cli("status", "-i", str(inventory), "--output", "json", timeout=300)
                     )
+                    waiting = [*CLI, "status", "-i", str(inventory), "--output", "json"]
+                    pipe = subprocess.PIPE
+                    waited = subprocess.Popen([*waiting, "--wait", "600"], stdout=pipe, stderr=pipe,
+                                              text=True)  # fmt: skip
+                    STATUS_WAITING.append(waited)
                 except BaseException as exc:  # kept for the test's message, not lost in the thread
                     failed.append(exc)
 
@@ -280,6 +287,21 @@ def test_status_during_the_hand_over_names_the_up_that_is_handing_over(slab: Lab
         in detail
     )
     assert f"A run holds this inventory's lock (up, pid {UP_PID[0]}, since " in detail, detail
+
+
+def test_status_wait_begun_during_the_hand_over_follows_the_up_to_the_layout_it_recorded(
+    slab: Lab, deployed: None
+):
+    # Its first rounds expected the hand-over (the pair keeping every host) and waited on the
+    # re-shard row while the up held the lock; once the up recorded the shards, each round was
+    # planned anew: it ended green on the shards alone, the pair's moved hosts no longer expected.
+    [waiting] = STATUS_WAITING
+    out, err = waiting.communicate(timeout=700)
+    data = json.loads(out)
+    assert waiting.returncode == 0, data["failed"] + data["pending"] + [err[-2000:]]
+    assert not [c for c in data["checks"] if c["check"] == "re-shard finished"]
+    rows = [c for c in data["checks"] if c["check"].startswith("every target scraped by exactly")]
+    assert len(rows) == len(SHARDED_JOBS) and all(r["ok"] for r in rows), rows
 
 
 def test_status_shows_another_tiers_shard_record_and_up_refuses_it_touching_nothing(

@@ -270,11 +270,13 @@ class FakeSession:
     """Stands in for a DeploySession: each converge renders the layout as the role would."""
 
     passes: list[dict[str, set[str]]] = []
+    holders: list[str | None] = []  # who held the inventory's lock during each pass
     fail = False
     tmp: Path
     shards: dict[str, str]
 
     def converge(self, **_: object) -> RunReport:
+        FakeSession.holders.append(run_lock.holder("inv.yml"))
         FakeSession.passes.append(dcgm_hosts(FakeSession.tmp, FakeSession.shards))
         report = RunReport()
         report.host("prom01").failed = FakeSession.fail
@@ -285,7 +287,7 @@ SLEPT: list[float] = []
 
 
 def run_up(monkeypatch, tmp_path: Path, shards: dict[str, str], *flags: str, fail=False):
-    FakeSession.passes, FakeSession.fail = [], fail
+    FakeSession.passes, FakeSession.holders, FakeSession.fail = [], [], fail
     FakeSession.tmp, FakeSession.shards = tmp_path, shards
     SLEPT.clear()
     monkeypatch.setattr(cli.DeploySession, "load", lambda options: FakeSession())
@@ -313,6 +315,17 @@ def test_a_failed_or_limited_up_keeps_handing_over(tmp_path, monkeypatch):
     run_up(monkeypatch, tmp_path, THREE, "--limit", "prom01")
     assert len(FakeSession.passes) == 1 and SLEPT == []
     assert FakeSession.passes[0]["prom01"] == before["prom01"]  # still both layouts' hosts
+    # the lock says so, for status: an up with --limit does not hand over
+    [held] = FakeSession.holders
+    assert held is not None and held.startswith("up with --limit, pid ")
+
+
+def test_a_whole_up_says_so_in_the_inventory_s_lock(tmp_path, monkeypatch):
+    converged(tmp_path, TWO)
+    run_up(monkeypatch, tmp_path, THREE)
+    assert [h.split(", pid ")[0] for h in FakeSession.holders if h] == ["up", "up"]
+    run_up(monkeypatch, tmp_path, THREE, "--tags", "prometheus", "--skip-tags", "rules")
+    assert FakeSession.holders[0].startswith("up with --tags --skip-tags, pid ")
 
 
 def test_planning_another_inventory_in_the_same_process_is_a_pass_of_its_own(tmp_path):
@@ -425,13 +438,60 @@ def test_status_says_a_re_shard_up_has_not_finished_and_expects_the_hand_over(tm
     assert "run status again when it has finished" in row.detail
 
 
-def test_status_wait_does_not_wait_on_a_re_shard_row_alone(monkeypatch):
+def test_status_wait_does_not_wait_on_a_re_shard_row_alone_when_no_up_runs(monkeypatch):
     from deployer.monitoring import status
     from deployer.monitoring.check import FAILED, Check
 
     row = Check("prometheus", "*", status.RESHARD_CHECK, FAILED, "shards a, b recorded")
     monkeypatch.setattr(status, "collect", lambda *_, **__: [row])
-    slept: list[float] = []
-    assert status.collect_until(status.StackExpectation(), None, wait_s=300,
-                                sleep=slept.append) == [row]  # fmt: skip
-    assert slept == []
+    for holder in (None, "up with --limit, pid 7, since then", "upgrade-driver, pid 7, since"):
+        slept: list[float] = []
+        exp = status.StackExpectation(reshards=["shards a, b recorded"], changing_run=holder)
+        assert status.collect_until(exp, None, wait_s=300, sleep=slept.append) == [row]
+        assert slept == [], holder
+
+
+def test_status_wait_waits_for_the_up_handing_over_then_expects_the_layout_it_recorded(
+    tmp_path, monkeypatch
+):
+    # status --wait begun while a whole up hands over (from shards a, b to a, b, c): its first
+    # round expects the hand-over (old and new owners). The up records the new layout and lets
+    # the old owners go; the next round is planned anew and expects each host of the new layout
+    # from its own shard alone, not the hand-over's union.
+    import contextlib
+
+    from deployer.monitoring import status
+    from deployer.monitoring.check import OK, Check
+
+    converged(tmp_path, TWO)
+    (tmp_path / "inventory.yml").write_text(inventory(THREE))
+    inv, site = tmp_path / "inventory.yml", tmp_path / "site.yml"
+    seen: list[status.StackExpectation] = []
+
+    def collect(exp, *_, **__):
+        seen.append(exp)
+        return [status.reshard_check(c, exp.changing_run) for c in exp.reshards] or [
+            Check("prometheus", "prom01", "ready", OK)
+        ]
+
+    monkeypatch.setattr(status, "collect", collect)
+    up = contextlib.ExitStack()
+    up.enter_context(run_lock.changing(inv, "up"))
+
+    def up_finishes(_: float) -> None:
+        converged(tmp_path, THREE)  # its first pass, then the layout recorded
+        up.close()
+
+    first = status.load_expectation(inv, site=site)
+    handing_over = {r: {t.node for t in ts if t.job == "dcgm"}
+                    for r, ts in first.replica_targets.items()}  # fmt: skip
+    got = status.collect_until(first, None, wait_s=300, sleep=up_finishes,
+                               replan=lambda: status.load_expectation(inv, site=site))  # fmt: skip
+    assert [c.ok for c in got] == [True] and len(seen) == 2
+    assert seen[0].reshards and seen[0].changing_run.startswith("up, pid ")
+    after = seen[1]
+    assert after.reshards == [] and after.changing_run is None
+    settled = {r: {t.node for t in ts if t.job == "dcgm"}
+               for r, ts in after.replica_targets.items()}  # fmt: skip
+    assert settled == dcgm_hosts(tmp_path, THREE)  # up's second pass: each shard's own hosts
+    assert settled["prom01"] < handing_over["prom01"]  # the moved hosts no longer expected
