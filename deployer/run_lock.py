@@ -118,10 +118,16 @@ def flock_held(path: Path, locks: Path = PROC_LOCKS) -> bool | None:
 
 def holder(inventory: str | Path, locks: Path = PROC_LOCKS) -> str | None:
     """Who is changing the hosts of ``inventory`` now, as the holder wrote it (``up, pid N,
-    since ...``); None when nobody is. Where ``/proc/locks`` cannot be read, the pid the holder
-    wrote is checked for a live process (the file is emptied on release, but not by a holder
-    that was killed)."""
-    path = lock_path(inventory)
+    since ...``); None when nobody is."""
+    return held_by(lock_path(inventory), locks)
+
+
+def held_by(path: Path, locks: Path = PROC_LOCKS) -> str | None:
+    """What the process holding the ``flock`` on ``path`` wrote there (``holder unknown`` when
+    it wrote nothing); None when nobody holds it. Where ``/proc/locks`` cannot be read, the pid
+    the holder wrote (``cmd, pid N, ...``, or a bare pid: a rollout's lock,
+    deployer/rollout/state.py) is checked for a live process: the file is emptied on release,
+    but not by a holder that was killed."""
     held = flock_held(path, locks)
     if held is False:
         return None
@@ -130,6 +136,6 @@ def holder(inventory: str | Path, locks: Path = PROC_LOCKS) -> str | None:
     except OSError:
         said = ""
     if held is None:
-        pid = re.search(r"\bpid (\d+)", said)
+        pid = re.fullmatch(r"(\d+)", said) or re.search(r"\bpid (\d+)", said)
         return said if pid and Path(f"/proc/{pid[1]}").exists() else None
     return said or "holder unknown"

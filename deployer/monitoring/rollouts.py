@@ -5,7 +5,7 @@ A run keeps ``<state root>/<run id>/state.json`` and, while a controller drives 
 exclusive ``flock`` on ``lock`` in the same directory, with its pid written there
 (``deployer.rollout.state.StateStore.locked``). A record whose ``status`` is still "running"
 while nobody holds the lock is a controller that died (killed, host rebooted) mid-run. Whether
-the lock is held is read from ``/proc/locks`` (``deployer.run_lock.flock_held``), which takes
+the lock is held is read from ``/proc/locks`` (``deployer.run_lock.held_by``), which takes
 nothing: trying the lock ourselves could turn away a controller starting at the same moment.
 Where ``/proc/locks`` cannot be read, the pid in the lock file is checked for a live process
 instead.
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deployer.rollout.state import LOCK_FILE, STATE_FILE, state_root
-from deployer.run_lock import PROC_LOCKS, flock_held
+from deployer.run_lock import PROC_LOCKS, held_by
 
 
 @dataclass(frozen=True)
@@ -43,21 +43,10 @@ class RunInfo:
     error: str | None = None  # the record exists but could not be read
 
 
-def _pid_alive(path: Path) -> bool:
-    try:
-        pid = int(path.read_text().strip() or "0")
-    except (OSError, ValueError):
-        return False
-    return pid > 0 and Path(f"/proc/{pid}").exists()
-
-
 def lock_held(run_dir: Path, locks: Path = PROC_LOCKS) -> bool:
     """A controller holds the run's lock now."""
     lock = run_dir / LOCK_FILE
-    if not lock.is_file():
-        return False
-    held = flock_held(lock, locks)
-    return _pid_alive(lock) if held is None else held
+    return lock.is_file() and held_by(lock, locks) is not None
 
 
 def run_info(run_id: str, root: Path | None = None, locks: Path = PROC_LOCKS) -> RunInfo:
