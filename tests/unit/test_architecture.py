@@ -164,7 +164,7 @@ LAYERS = [
     # state, options and drain naming sit in status' layer (they import only the bottom line)
     ["monitoring.status", "monitoring.expect", "monitoring.check", "monitoring.checks_driver",
      "monitoring.checks_gpus", "monitoring.checks_loaded", "monitoring.checks_scrape",
-     "monitoring.checks_shards", "monitoring.checks_global",
+     "monitoring.checks_shards", "monitoring.checks_global", "monitoring.checks_thanos",
      "monitoring.store", "monitoring.slurm", "monitoring.slurm_state", "monitoring.rollouts",
      "monitoring.silences",
      "rollout.drain", "rollout.state", "rollout.options", "rollout.batching"],
