@@ -877,8 +877,8 @@ def test_the_status_command_exit_code_says_green_pending_or_failed(
     rows = [Check("prometheus", f"prom0{i}", "ready", s, "d") for i, s in enumerate(states)]
     asked: dict[str, Any] = {}
 
-    def collect_until(exp: Any, fetch: Any, hosts: Any, *, wait_s: float) -> list[Check]:
-        asked.update(hosts=hosts, wait_s=wait_s)
+    def collect_until(exp: Any, fetch: Any, hosts: Any, *, wait_s: float, replan) -> list[Check]:
+        asked.update(hosts=hosts, wait_s=wait_s, replanned=replan())
         return rows
 
     monkeypatch.setattr(status, "load_expectation", lambda inv, extra: expectation())
@@ -887,7 +887,8 @@ def test_the_status_command_exit_code_says_green_pending_or_failed(
         cli, ["status", "-i", str(tmp_path), "--api-only", "--wait", "7", "--output", "json"]
     )
     assert result.exit_code == exit_code, result.output
-    assert asked == {"hosts": None, "wait_s": 7}
+    # each round of a re-shard under way is planned anew, from the same inventory
+    assert asked == {"hosts": None, "wait_s": 7, "replanned": expectation()}
     assert json.loads(result.stdout)["state"] == max(states, key=[OK, PENDING, FAILED].index)
 
 
