@@ -731,7 +731,12 @@ def collect_until(
             return checks
         sleep(min(every_s, left))
         if exp.reshards and replan is not None:
-            exp = replan()
+            planned = replan()
+            # one mapping of every host's SSH settings, the first round's: what ``open_hosts``
+            # reads when it opens a host (an inventory edited meanwhile may name another)
+            exp.ssh.update(planned.ssh)
+            planned.ssh = exp.ssh
+            exp = planned
 
 
 def _waited_on(check: Check, exp: StackExpectation) -> bool:

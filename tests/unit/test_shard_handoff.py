@@ -495,3 +495,32 @@ def test_status_wait_waits_for_the_up_handing_over_then_expects_the_layout_it_re
                for r, ts in after.replica_targets.items()}  # fmt: skip
     assert settled == dcgm_hosts(tmp_path, THREE)  # up's second pass: each shard's own hosts
     assert settled["prom01"] < handing_over["prom01"]  # the moved hosts no longer expected
+
+
+def test_a_host_a_later_round_plans_is_opened_with_its_own_ssh_settings(monkeypatch):
+    # the inventory gained gpu99 while status waited on a re-shard: the host pool, made from
+    # the first round's expectation, opens it from the round that planned it
+    from deployer.connection import SSHTarget
+    from deployer.monitoring import status
+    from deployer.monitoring.check import OK, PENDING, Check
+
+    first = status.StackExpectation(reshards=["shards a, b recorded"],
+                                    changing_run="up, pid 7, since then")  # fmt: skip
+    first.ssh["gpu01"] = SSHTarget(name="gpu01", address="192.0.2.1")
+    later = status.StackExpectation()
+    later.ssh["gpu99"] = SSHTarget(name="gpu99", address="192.0.2.99")
+    opened: list[SSHTarget] = []
+    monkeypatch.setattr(status, "SSHConnection", opened.append)
+    pool = status.open_hosts(first)
+    rounds = [[Check("prometheus", "*", status.RESHARD_CHECK, PENDING)],
+              [Check("gpu", "gpu99", "driver", OK)]]  # fmt: skip
+
+    def collect(exp, fetch, hosts, **_):
+        if not exp.reshards:
+            hosts("gpu99")
+        return rounds.pop(0)
+
+    monkeypatch.setattr(status, "collect", collect)
+    got = status.collect_until(first, None, pool.get, wait_s=300, sleep=lambda _: None,
+                               replan=lambda: later)  # fmt: skip
+    assert got[0].ok and [t.address for t in opened] == ["192.0.2.99"]
