@@ -131,6 +131,17 @@ def dcgm_file(lab: Lab, replica: str) -> set[str]:
     return {group["labels"]["node"] for group in json.loads(got.stdout)}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_status_left_waiting(slab: Lab) -> Iterator[None]:
+    """A ``status --wait`` the module's tests did not collect (the fixture failed after it
+    began) does not outlive them, nor the lab."""
+    yield
+    for waiting in STATUS_WAITING:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.communicate()
+
+
 @pytest.fixture(scope="module")
 def deployed(slab: Lab, inventory: Path) -> None:
     """One pair first (prom01, prom02), then the two shards: the sharded ``up`` hands over from
