@@ -478,18 +478,24 @@ def test_status_wait_waits_for_the_up_handing_over_then_expects_the_layout_it_re
     up = contextlib.ExitStack()
     up.enter_context(run_lock.changing(inv, "up"))
 
-    def up_finishes(_: float) -> None:
-        converged(tmp_path, THREE)  # its first pass, then the layout recorded
-        up.close()
+    slept: list[float] = []
+
+    def up_finishes(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 2:  # a round planned anew during the hand-over, then the up settles
+            converged(tmp_path, THREE)  # its first pass, then the layout recorded
+            up.close()
 
     first = status.load_expectation(inv, site=site)
     handing_over = {r: {t.node for t in ts if t.job == "dcgm"}
                     for r, ts in first.replica_targets.items()}  # fmt: skip
     got = status.collect_until(first, None, wait_s=300, sleep=up_finishes,
                                replan=lambda: status.load_expectation(inv, site=site))  # fmt: skip
-    assert [c.ok for c in got] == [True] and len(seen) == 2
+    assert [c.ok for c in got] == [True] and len(seen) == 3
     assert seen[0].reshards and seen[0].changing_run.startswith("up, pid ")
-    after = seen[1]
+    # planned again while the up still hands over: the same expectation
+    assert (seen[1].reshards, seen[1].replica_targets) == (seen[0].reshards, first.replica_targets)
+    after = seen[2]
     assert after.reshards == [] and after.changing_run is None
     settled = {r: {t.node for t in ts if t.job == "dcgm"}
                for r, ts in after.replica_targets.items()}  # fmt: skip
