@@ -99,6 +99,9 @@ class StackExpectation:
     # with reshards: the changing run that holds the inventory's lock (run_lock.holder), which
     # is then the ``up`` handing over; None: none runs (or it cannot be told)
     changing_run: str | None = None
+    # the inventory's real path: its upgrade-driver runs on this controller are read each round
+    # (deployer/monitoring/rollouts.py runs_of); empty: none are
+    inventory: str = ""
 
 
 # ---------------------------------------------------------------- expectation from the inventory
@@ -246,6 +249,7 @@ def load_expectation(
         exp.store = store.expect(variables_of)
         exp.reshards = handoff.changes()
     exp.record_problems = record_problems
+    exp.inventory = str(Path(inventory).resolve())
     if exp.reshards:
         from deployer import run_lock
 

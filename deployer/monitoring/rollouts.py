@@ -1,5 +1,7 @@
-"""What ``status`` knows about an ``upgrade-driver`` run named in a Slurm drain reason: its record
-on this controller and whether a controller still drives it (read-only: no lock is taken).
+"""What ``status`` knows about ``upgrade-driver`` runs: one named in a Slurm drain reason (its
+record on this controller and whether a controller still drives it), and the runs of the
+inventory it checks (``runs_of``, ``rollout_checks``): one under way, and one a controller left
+mid-run with hosts out of service. Read-only: no lock is taken.
 
 A run keeps ``<state root>/<run id>/state.json`` and, while a controller drives it, holds an
 exclusive ``flock`` on ``lock`` in the same directory, with its pid written there
@@ -17,8 +19,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deployer.rollout.state import LOCK_FILE, STATE_FILE, state_root
+from deployer.monitoring.check import FAILED, PENDING, Check
+from deployer.rollout.state import LOCK_FILE, OUT_OF_SERVICE, STATE_FILE, state_root
 from deployer.run_lock import PROC_LOCKS, held_by
+
+#: the rows of the inventory's own runs (component ``upgrade-driver``, host ``*``)
+UNDER_WAY = "rollout under way"
+LEFT = "no rollout left mid-run"
 
 
 @dataclass(frozen=True)
@@ -73,3 +80,55 @@ def run_info(run_id: str, root: Path | None = None, locks: Path = PROC_LOCKS) ->
         inventory=data.get("inventory"),
         hosts=hosts,
     )
+
+
+def runs_of(
+    inventory: str | Path, root: Path | None = None, locks: Path = PROC_LOCKS
+) -> list[RunInfo]:
+    """Every readable run of ``inventory`` (by its real path, as the run recorded it) on this
+    controller, oldest first: a run id begins with its UTC start time."""
+    base = root or state_root()
+    want = str(Path(inventory).resolve())
+    try:
+        names = sorted(p.name for p in base.iterdir() if (p / STATE_FILE).is_file())
+    except OSError:  # no run yet
+        return []
+    runs = (run_info(name, base, locks) for name in names)
+    return [r for r in runs if r.error is None and r.inventory == want]
+
+
+def rollout_checks(runs: list[RunInfo]) -> list[Check]:
+    """``runs`` (``runs_of``, oldest first): a pending row for each run a controller drives now,
+    naming the hosts it has out of service (their own rows may fail until it brings them back);
+    a failed row for each run a controller left mid-run (killed, or interrupted: its record not
+    finished or stopped, its lock not held) with hosts out of service that no later run of the
+    inventory took up since. A run stopped at ``--max-failures`` leaves its failed host drained
+    on purpose and said so when it stopped: no row."""
+    rows: list[Check] = []
+    taken_up: set[str] = set()  # hosts a later run holds a record of
+    for run in reversed(runs):
+        out = {
+            h: step.state
+            for h, step in run.hosts.items()
+            if step.state in OUT_OF_SERVICE and h not in taken_up
+        }
+        taken_up.update(run.hosts)
+        hosts = ", ".join(f"{h} ({state})" for h, state in sorted(out.items()))
+        if run.driven:
+            done = sum(step.state == "done" for step in run.hosts.values())
+            now = (
+                f"out of service now: {hosts} (their rows may fail until it brings them back)"
+                if out
+                else "no host out of service now"
+            )
+            rows.append(Check("upgrade-driver", "*", UNDER_WAY, PENDING,
+                              f"run {run.run_id} ({done}/{len(run.hosts)} hosts done); {now}"))  # fmt: skip
+        elif run.status in ("running", "interrupted") and out:
+            how = "died mid-run" if run.status == "running" else "was interrupted"
+            rows.append(Check("upgrade-driver", "*", LEFT, FAILED,
+                              f"run {run.run_id} {how} (no controller drives it) and left "
+                              f"{hosts} mid-upgrade, out of service; resume it: "
+                              f"gpumon-deploy upgrade-driver -i {run.inventory} --resume "
+                              f"{run.run_id} (or, once those hosts are back by other means, "
+                              f"remove {run.where})"))  # fmt: skip
+    return rows[::-1]

@@ -21,7 +21,8 @@ fails, naming the host and the cause, when:
   none; ``*`` ``re-shard finished``: the inventory asks for another shard layout than the last
   whole ``up`` recorded (the targets rows then expect the hand-over: each moved host scraped by
   its old and its new shard), naming the run holding the inventory's lock (the ``up`` handing
-  over) or saying none runs;
+  over) or saying none runs; ``--wait`` waits on it only while a whole ``up`` hands over, and
+  plans each round anew until the ``up`` has recorded the layout (``collect_until``);
 - ``*`` ``external labels distinct`` / ``replicas evaluate the same rules``: two replicas share
   external labels / evaluate different rule groups or rules;
 - prometheus_global (the federation tier's pair, deployer/monitoring/federation.py): the rows
@@ -39,7 +40,11 @@ fails, naming the host and the cause, when:
   (checks_driver.py);
 - thanos ``ready`` / ``every sidecar a store``;
 - slurm (GPU hosts with ``gpumon_scheduler: slurm``): a node left drained by a rollout no
-  controller drives any more, or a GPU busy with no Slurm job (slurm.py).
+  controller drives any more, or a GPU busy with no Slurm job (slurm.py);
+- upgrade-driver ``*`` (this controller's run records of the inventory, rollouts.py): ``rollout
+  under way`` pending while a controller drives a run, naming the hosts it has out of service;
+  ``no rollout left mid-run`` failed for a run a dead or interrupted controller left with hosts
+  out of service, naming them and the command that resumes it.
 
 ``collect`` takes the fetch function and the host opener as arguments, so the tables are tested
 on canned answers (tests/unit/test_monitoring_status.py, tests/contract/test_status_*.py) and run
@@ -107,6 +112,7 @@ from deployer.monitoring.expect import (
 )
 from deployer.monitoring.file_sd import Target
 from deployer.monitoring.http import Fetch, api_data, get_json, http_fetch, query, self_gauges
+from deployer.monitoring.rollouts import RunInfo, rollout_checks, runs_of
 
 __all__ = [
     "Check",
@@ -151,6 +157,7 @@ class _Obs:
     records: dict[str, int | None] = field(default_factory=dict)  # GPU node -> what up recorded
     scraped_records: dict[str, dict[str, int]] = field(default_factory=dict)  # replica -> node -> N
     slurm: Any = None  # monitoring.slurm.SlurmObservation, when the inventory opts in
+    runs: list[RunInfo] = field(default_factory=list)  # the inventory's upgrade-driver runs
 
 
 def replica_started(fetch: Fetch, url: str, gauges: Mapping[str, float] | None) -> float | None:
@@ -283,7 +290,7 @@ def _observe(
     """One round: the HTTP answers (``workers`` at a time) and the hosts' read-only commands
     (``forks`` hosts at a time, as ``up`` connects) at once. ``store_fetch``: the long-term
     store's client (its credentials), when the stack has one."""
-    obs = _Obs()
+    obs = _Obs(runs=runs_of(exp.inventory) if exp.inventory else [])
     replicas = {r.host: r for r in [*exp.replicas, *exp.global_replicas]}
     peers = {p.host: p for p in exp.alertmanagers}
     gpu_hosts = {*exp.gpu_hosts, *exp.gpu_records}
@@ -633,6 +640,8 @@ def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> 
         )
         if exp.slurm is not None:
             checks.append(Check("slurm", "-", "read Slurm", OK, "skipped (--api-only)"))
+    # the controller's own records, also with --api-only: a rollout under way, or one left mid-run
+    checks.extend(rollout_checks(obs.runs))
     return checks
 
 

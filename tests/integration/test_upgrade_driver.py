@@ -45,6 +45,7 @@ import pytest
 import yaml
 
 from deployer.lab import Lab
+from deployer.rollout.state import OUT_OF_SERVICE
 from tests.integration import labtools
 from tests.integration.labtools import CLI, WebhookReceiver, alerting_vars, lab_named_by, run_cli
 
@@ -261,6 +262,13 @@ def test_a_host_failing_validation_stops_the_run_and_stays_drained_and_silenced(
 IN_FLIGHT = ("stopping", "installing", "rebooting", "starting", "validating")
 
 
+def rollout_rows(inventory: str, env: dict[str, str]) -> list[dict]:
+    """The ``upgrade-driver`` rows of ``status --api-only`` (the controller's run records)."""
+    proc = gpumon("status", "-i", inventory, "--api-only", "--output", "json", env=env)
+    assert proc.returncode in (0, 1, 3), proc.stderr[-3000:]
+    return [c for c in json.loads(proc.stdout)["checks"] if c["component"] == "upgrade-driver"]
+
+
 class Sampler(threading.Thread):
     """Reads the state file every 0.2 s: the most hosts out of service seen, torn reads."""
 
@@ -320,12 +328,27 @@ def test_a_rolling_upgrade_killed_mid_run_is_finished_by_resume(
     run = next((tmp_path / "runs").iterdir())
     boot_gpu01 = sh(ulab, "gpu01", "cat /proc/sys/kernel/random/boot_id")
 
+    # status says what the dead controller left, and how to resume it (read from this
+    # controller's record: no drain hook tells it here)
+    steps = {
+        h: r["state"] for h, r in json.loads((run / "state.json").read_text())["hosts"].items()
+    }
+    left = {h: s for h, s in steps.items() if s in OUT_OF_SERVICE}
+    assert left, steps
+    rows = rollout_rows(baseline, env)
+    assert [(r["check"], r["state"]) for r in rows] == [("no rollout left mid-run", "failed")]
+    detail = rows[0]["detail"]
+    assert detail.startswith(f"run {run.name} died mid-run (no controller drives it)"), detail
+    assert all(f"{h} ({s})" in detail for h, s in left.items()), (detail, left)
+    assert f"--resume {run.name}" in detail
+
     proc = gpumon(
         "upgrade-driver", "-i", baseline, "--resume", run.name, "--output", "json", env=env
     )
     sampler.done.set()
     sampler.join(5)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert rollout_rows(baseline, env) == []  # resumed to its end: nothing left
     report = json.loads(proc.stdout)
     hosts = report["hosts"]
     assert report["status"] == "finished"
