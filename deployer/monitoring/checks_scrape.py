@@ -18,7 +18,9 @@ What cannot have been scraped yet is *pending*, not failed:
 - a target that is itself a daemon of the stack (a Prometheus, an Alertmanager or the long-term
   store) that answers now and restarted after this replica's last attempt failed, or so shortly
   before it (``DAEMON_STARTUP_S``) that it was still starting: its "down" dates from before it
-  listened.
+  listened;
+- a target down on a host a driver rollout a controller drives has out of service now
+  (``maintenance``: deployer/monitoring/rollouts.py ``out_of_service_now``).
 Everything else that is not "up" fails, with the replica's own last error.
 """
 
@@ -96,6 +98,7 @@ def judge(
     daemon_starts: Mapping[str, float],
     now: float,
     grace_s: float,
+    maintenance: Mapping[str, str] | None = None,
 ) -> Verdict:
     """One expected target as one replica sees it (``seen``: that replica's active targets with
     the same job and instance; more than one when two inventory hosts share an address)."""
@@ -120,6 +123,9 @@ def judge(
             PENDING,
             f"{name} restarted {clock(started)}, not scraped since it came up ({t.last_error})",
         )
+    why = (maintenance or {}).get(target.node)
+    if why is not None:
+        return Verdict(PENDING, f"{name} down, {why}: {t.last_error or 'no error given'}")
     return Verdict(FAILED, f"{name} down: {t.last_error or 'no error given'}")
 
 
@@ -131,8 +137,10 @@ def scrape_checks(
     replica_start: float | None,
     daemon_starts: Mapping[str, float],
     now: float,
+    maintenance: Mapping[str, str] | None = None,
 ) -> tuple[list[Check], dict[tuple[str, str], str]]:
-    """One row per job for replica ``host``, and every expected target's state by (job, node)."""
+    """One row per job for replica ``host``, and every expected target's state by (job, node);
+    ``maintenance``: node -> why it is out of service (its down targets pending)."""
     by_key: dict[tuple[str, str], list[ActiveTarget]] = {}
     for t in seen:
         by_key.setdefault((t.job, t.instance), []).append(t)
@@ -147,6 +155,7 @@ def scrape_checks(
             daemon_starts=daemon_starts,
             now=now,
             grace_s=grace,
+            maintenance=maintenance,
         )
         by_job.setdefault(target.job, []).append(v)
         states[(target.job, target.node)] = v.state

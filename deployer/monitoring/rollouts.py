@@ -97,6 +97,18 @@ def runs_of(
     return [r for r in runs if r.error is None and r.inventory == want]
 
 
+def out_of_service_now(runs: list[RunInfo]) -> dict[str, str]:
+    """host -> why, for each host a run a controller drives now has out of service (from its
+    drain to its undrain): what its own ``status`` rows may fail of is pending, not failed."""
+    return {
+        h: f"out of service in upgrade-driver run {run.run_id} ({step.state})"
+        for run in runs
+        if run.driven
+        for h, step in run.hosts.items()
+        if step.state in OUT_OF_SERVICE
+    }
+
+
 def rollout_checks(runs: list[RunInfo]) -> list[Check]:
     """``runs`` (``runs_of``, oldest first): a pending row for each run a controller drives now,
     naming the hosts it has out of service (their own rows may fail until it brings them back);

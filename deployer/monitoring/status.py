@@ -44,7 +44,9 @@ fails, naming the host and the cause, when:
 - upgrade-driver ``*`` (this controller's run records of the inventory, rollouts.py): ``rollout
   under way`` pending while a controller drives a run, naming the hosts it has out of service;
   ``no rollout left mid-run`` failed for a run a dead or interrupted controller left with hosts
-  out of service, naming them and the command that resumes it.
+  out of service, naming them and the command that resumes it. While a run is driven, the rows
+  above that fail of a host it has out of service (a target down, its driver, its GPUs) are
+  pending instead, naming the run and the host's step.
 
 ``collect`` takes the fetch function and the host opener as arguments, so the tables are tested
 on canned answers (tests/unit/test_monitoring_status.py, tests/contract/test_status_*.py) and run
@@ -112,7 +114,7 @@ from deployer.monitoring.expect import (
 )
 from deployer.monitoring.file_sd import Target
 from deployer.monitoring.http import Fetch, api_data, get_json, http_fetch, query, self_gauges
-from deployer.monitoring.rollouts import RunInfo, rollout_checks, runs_of
+from deployer.monitoring.rollouts import RunInfo, out_of_service_now, rollout_checks, runs_of
 
 __all__ = [
     "Check",
@@ -336,6 +338,7 @@ def _replica_checks(
     now: float,
     with_hosts: bool,
     targets: list[Target],
+    maintenance: Mapping[str, str] | None = None,
 ) -> tuple[list[Check], dict[tuple[str, str], str], dict[str, str] | None]:
     comp = "prometheus"
     state, detail = obs.ready[rep.host]
@@ -398,6 +401,7 @@ def _replica_checks(
             replica_start=_gauges(obs, rep.url).get(START),
             daemon_starts=starts,
             now=now,
+            maintenance=maintenance,
         )
         checks.extend(rows)
     return checks, states, labels
@@ -588,13 +592,15 @@ def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> 
         for d in [*exp.replicas, *exp.global_replicas, *exp.alertmanagers, *stores]
         if START in _gauges(obs, d.url)
     }
+    # hosts a driven rollout has out of service: their down targets and failed rows are pending
+    maintenance = out_of_service_now(obs.runs)
     checks: list[Check] = []
     target_states: dict[str, dict[tuple[str, str], str]] = {}
     labels: dict[str, dict[str, str] | None] = {}
     for rep in exp.replicas:
         targets = exp.replica_targets.get(rep.host, exp.targets)
         rows, target_states[rep.host], labels[rep.host] = _replica_checks(
-            exp, rep, obs, starts, now, with_hosts, targets
+            exp, rep, obs, starts, now, with_hosts, targets, maintenance
         )
         checks.extend(rows)
     if exp.replicas:
@@ -640,6 +646,13 @@ def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> 
         )
         if exp.slurm is not None:
             checks.append(Check("slurm", "-", "read Slurm", OK, "skipped (--api-only)"))
+    if maintenance:
+        checks = [
+            dataclasses.replace(c, state=PENDING, detail=f"{c.detail} ({maintenance[c.host]})")
+            if c.state == FAILED and c.host in maintenance
+            else c
+            for c in checks
+        ]
     # the controller's own records, also with --api-only: a rollout under way, or one left mid-run
     checks.extend(rollout_checks(obs.runs))
     return checks

@@ -31,9 +31,11 @@ Set ``GPUMON_ROLLOUT_LAB=<name>`` to run against another lab that is already up 
 from __future__ import annotations
 
 import calendar
+import fcntl
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -262,11 +264,16 @@ def test_a_host_failing_validation_stops_the_run_and_stays_drained_and_silenced(
 IN_FLIGHT = ("stopping", "installing", "rebooting", "starting", "validating")
 
 
-def rollout_rows(inventory: str, env: dict[str, str]) -> list[dict]:
-    """The ``upgrade-driver`` rows of ``status --api-only`` (the controller's run records)."""
+def status_rows(inventory: str, env: dict[str, str]) -> list[dict]:
+    """Every row of ``status --api-only`` (with the controller's run records of ``env``)."""
     proc = gpumon("status", "-i", inventory, "--api-only", "--output", "json", env=env)
     assert proc.returncode in (0, 1, 3), proc.stderr[-3000:]
-    return [c for c in json.loads(proc.stdout)["checks"] if c["component"] == "upgrade-driver"]
+    return json.loads(proc.stdout)["checks"]
+
+
+def rollout_rows(inventory: str, env: dict[str, str]) -> list[dict]:
+    """The ``upgrade-driver`` rows of ``status --api-only``."""
+    return [c for c in status_rows(inventory, env) if c["component"] == "upgrade-driver"]
 
 
 class Sampler(threading.Thread):
@@ -335,6 +342,21 @@ def test_a_rolling_upgrade_killed_mid_run_is_finished_by_resume(
     }
     left = {h: s for h, s in steps.items() if s in OUT_OF_SERVICE}
     assert left, steps
+    # while a controller holds the run's lock (this test, standing in for one that drives it),
+    # what those hosts' rows fail of is pending: the rollout has them out of service
+    fd = os.open(run / "lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        during = status_rows(baseline, env)
+    finally:
+        os.close(fd)
+    [under_way] = [c for c in during if c["component"] == "upgrade-driver"]
+    assert (under_way["check"], under_way["state"]) == ("rollout under way", "pending")
+    assert all(f"{h} ({s})" in under_way["detail"] for h, s in left.items()), under_way
+    for c in during:
+        if c["state"] == "failed":
+            assert c["host"] not in left, c
+            assert not any(re.search(rf"\b{h} \([^)]*\) down:", c["detail"]) for h in left), c
     rows = rollout_rows(baseline, env)
     assert [(r["check"], r["state"]) for r in rows] == [("no rollout left mid-run", "failed")]
     detail = rows[0]["detail"]

@@ -1093,3 +1093,60 @@ def test_a_store_refusing_scrapes_long_after_its_start_fails_there(stack):
     checks = run_with_store(stack, store, refused_at=NOW - 8)
     assert ("prometheus", "prom01", "scraping job victoriametrics") in failed(checks)
     assert "connection refused" in detail(checks, "prom01", "scraping job victoriametrics")
+
+
+# ---------------------------------------------------------------- a driver rollout under way
+
+
+def test_a_host_a_driven_rollout_has_out_of_service_is_pending_until_the_controller_dies(
+    stack, hosts, tmp_path, monkeypatch
+):
+    # gpu01 rebooting in a run a controller drives: its exporters down, its SSH refused
+    import fcntl
+    import json
+    import os
+
+    run_id = "20261205T100000Z-595.45.04-ab12"
+    inv = (tmp_path / "inv.yml").resolve()
+    monkeypatch.setenv("GPUMON_ROLLOUT_STATE_DIR", str(tmp_path / "runs"))
+    run_dir = tmp_path / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "state.json").write_text(json.dumps(
+        {"status": "running", "inventory": str(inv), "hosts": {"gpu01": {"state": "rebooting"}}}
+    ))  # fmt: skip
+    for base in (P1, P2):
+        stack.targets[base][("dcgm", "10.0.0.11:9400")] = ("down", NOW - 5, "connection refused")
+    hosts.unreachable.add("gpu01")
+    fd = os.open(run_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the controller, driving the run
+    try:
+        checks = run(stack, hosts, inventory=str(inv))
+    finally:
+        os.close(fd)  # the controller dies
+    why = f"out of service in upgrade-driver run {run_id} (rebooting)"
+    assert failed(checks) == []
+    assert detail(checks, "prom01", "scraping job dcgm") == (
+        f"gpu01 (10.0.0.11:9400) down, {why}: connection refused"
+    )
+    driver = row(checks, "gpu01", "NVML: loaded driver = installed")
+    assert driver.state == PENDING and driver.detail.endswith(f"({why})")
+    assert ("upgrade-driver", "*", "rollout under way") in pending(checks)
+
+    checks = run(stack, hosts, inventory=str(inv))
+    assert {("prometheus", "prom01", "scraping job dcgm"),
+            ("driver", "gpu01", "NVML: loaded driver = installed"),
+            ("upgrade-driver", "*", "no rollout left mid-run")} <= set(failed(checks))  # fmt: skip
+
+
+def test_a_target_missing_from_the_file_sd_stays_failed_on_a_host_out_of_service():
+    # a rollout takes a host's exporters down, never its place in the replicas' file_sd
+    from deployer.monitoring.checks_scrape import scrape_checks
+
+    rows, _ = scrape_checks(
+        "prom01", [Target("dcgm", "10.0.0.11:9400", "gpu01")], [],
+        replica_start=STARTED, daemon_starts={}, now=NOW,
+        maintenance={"gpu01": "out of service in upgrade-driver run R (installing)"},
+    )  # fmt: skip
+    assert [(r.state, r.detail) for r in rows] == [
+        (FAILED, "gpu01 (10.0.0.11:9400) not among the replica's targets (file_sd)")
+    ]
