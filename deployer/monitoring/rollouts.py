@@ -111,7 +111,7 @@ def out_of_service_now(runs: list[RunInfo]) -> dict[str, str]:
 
 def rollout_checks(runs: list[RunInfo]) -> list[Check]:
     """``runs`` (``runs_of``, oldest first): a pending row for each run a controller drives now,
-    naming the hosts it has out of service (their own rows may fail until it brings them back);
+    naming the hosts it has out of service (``out_of_service_now``: their rows pending);
     a failed row for each run a controller left mid-run (killed, or interrupted: its record not
     finished or stopped, its lock not held) with hosts out of service that no later run of the
     inventory took up since. A run stopped at ``--max-failures`` leaves its failed host drained
@@ -129,7 +129,7 @@ def rollout_checks(runs: list[RunInfo]) -> list[Check]:
         if run.driven:
             done = sum(step.state == "done" for step in run.hosts.values())
             now = (
-                f"out of service now: {hosts} (their rows may fail until it brings them back)"
+                f"out of service now: {hosts} (what their rows fail of is pending meanwhile)"
                 if out
                 else "no host out of service now"
             )

@@ -145,7 +145,7 @@ def test_a_run_under_way_is_pending_and_names_the_hosts_it_has_out_of_service(tm
     )  # fmt: skip
     assert row.detail == (
         f"run {RUN} (1/4 hosts done); out of service now: gpu02 (installing), gpu03 "
-        "(rebooting) (their rows may fail until it brings them back)"
+        "(rebooting) (what their rows fail of is pending meanwhile)"
     )
 
 
