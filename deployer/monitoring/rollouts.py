@@ -82,6 +82,12 @@ def run_info(run_id: str, root: Path | None = None, locks: Path = PROC_LOCKS) ->
     )
 
 
+def resume_command(run: RunInfo, inventory: str = "") -> str:
+    """The command that resumes ``run``: its record's inventory, else ``inventory``."""
+    inv = run.inventory or inventory or "INVENTORY"
+    return f"gpumon-deploy upgrade-driver -i {inv} --resume {run.run_id}"
+
+
 def runs_of(
     inventory: str | Path, root: Path | None = None, locks: Path = PROC_LOCKS
 ) -> list[RunInfo]:
@@ -140,7 +146,6 @@ def rollout_checks(runs: list[RunInfo]) -> list[Check]:
             rows.append(Check("upgrade-driver", "*", LEFT, FAILED,
                               f"run {run.run_id} {how} (no controller drives it) and left "
                               f"{hosts} mid-upgrade, out of service; resume it: "
-                              f"gpumon-deploy upgrade-driver -i {run.inventory} --resume "
-                              f"{run.run_id} (or, once those hosts are back by other means, "
-                              f"remove {run.where})"))  # fmt: skip
+                              f"{resume_command(run)} (or, once those hosts are back by other "
+                              f"means, remove {run.where})"))  # fmt: skip
     return rows[::-1]

@@ -47,7 +47,7 @@ from deployer.errors import HostKeyRefused, HostUnreachable, InputError
 from deployer.monitoring import slurm_state
 from deployer.monitoring.check import FAILED, OK, Check
 from deployer.monitoring.http import Fetch, query
-from deployer.monitoring.rollouts import RunInfo, run_info
+from deployer.monitoring.rollouts import RunInfo, resume_command, run_info
 from deployer.rollout import drain
 from deployer.varformats import prometheus_duration
 
@@ -303,11 +303,6 @@ def _since(n: slurm_state.NodeState) -> str:
     return f" ({who})" if who else ""
 
 
-def _resume_hint(run: RunInfo, inventory: str) -> str:
-    inv = run.inventory or inventory or "INVENTORY"
-    return f"gpumon-deploy upgrade-driver -i {inv} --resume {run.run_id}"
-
-
 def rollout_drain_check(
     n: SlurmNode, state: slurm_state.NodeState, run: RunInfo, inventory: str
 ) -> Check:
@@ -326,7 +321,7 @@ def rollout_drain_check(
         detail = (
             f"{head}no controller drives here (no record in {run.where}; started from another "
             f"controller? set GPUMON_ROLLOUT_STATE_DIR): capacity lost until it is resumed "
-            f"({_resume_hint(run, inventory)} where it was started) or the node is given back "
+            f"({resume_command(run, inventory)} where it was started) or the node is given back "
             f"({undrain})"
         )
     elif run.error:
@@ -334,7 +329,9 @@ def rollout_drain_check(
     elif run.status in ("running", "interrupted", "stopped"):
         died = "died mid-run" if run.status == "running" else f"was {run.status}"
         why = f" ({run.stop_reason})" if run.stop_reason else ""
-        detail = f"{head}{died}{why}{at}: capacity lost; resume it: {_resume_hint(run, inventory)}"
+        detail = (
+            f"{head}{died}{why}{at}: capacity lost; resume it: {resume_command(run, inventory)}"
+        )
     elif step is not None and step.state == "failed":
         detail = (
             f"{head}finished with this host failed at step {step.failed_step}: "
