@@ -492,7 +492,8 @@ class NamesOnly(dict):  # type: ignore[type-arg]
     never scanned (scanning every name of 100,000 hosts' groups was a tenth of a targets file)."""
 
 
-_PLAIN = frozenset({int, float, bool, type(None), NamesOnly})
+# Values read as they are, nothing to render (also by plan.LazyHostVars.values_of).
+PLAIN_TYPES = frozenset({int, float, bool, type(None), NamesOnly})
 
 
 def _shown(value: str, key: str) -> str:
@@ -547,7 +548,7 @@ class TemplatedVars(Mapping[str, Any]):
     def _resolved(self, key: str, value: Any) -> Any:
         """``value`` (the raw variable ``key``) rendered, and remembered."""
         kind = type(value)
-        if (kind is str and "{{" not in value and "{%" not in value) or kind in _PLAIN:
+        if (kind is str and "{{" not in value and "{%" not in value) or kind in PLAIN_TYPES:
             return value  # nothing to render (the common case, checked first), nothing kept
         if getattr(value, "renders_itself", False):
             pass  # hostvars: each host's variables render in that host's own scope
@@ -574,7 +575,7 @@ class TemplatedVars(Mapping[str, Any]):
         if value is _MISSING:
             return default
         kind = type(value)
-        if (kind is str and "{{" not in value and "{%" not in value) or kind in _PLAIN:
+        if (kind is str and "{{" not in value and "{%" not in value) or kind in PLAIN_TYPES:
             return value  # as _resolved returns it, without the call (a targets file's labels)
         return self._resolved(key, value)
 

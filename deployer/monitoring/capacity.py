@@ -47,6 +47,7 @@ from typing import Any
 
 from deployer.errors import InputError
 from deployer.memory import collector_paused
+from deployer.monitoring import host_values
 
 # Prometheus' documented on-disk cost: "an average of only 1-2 bytes per sample"
 # (prometheus/prometheus docs/storage.md, "Operational aspects" @ d15adb9; ../shared/reference/
@@ -469,10 +470,21 @@ def target_loads(
     return _tier_loads(v, exporters).whole()
 
 
+# What the capacity reads of each GPU and node target's host, in this order.
+_HOST_READS = (
+    "scrape_tier",
+    "gpu_mig",
+    "gpu_model",
+    "capacity_gpu_nvlink",
+    "cluster",
+    "capacity_node_series",
+)
+
+
 def _tier_loads(v: Mapping[str, Any], exporters: Mapping[str, GpuExporter]) -> _TierLoads:
     from deployer.monitoring import file_sd
 
-    hostvars = v["hostvars"]
+    read = host_values.reader(v["hostvars"])
     default_s = duration_s(v["prometheus_scrape_interval"], "prometheus_scrape_interval")
     tiers = {
         str(name): duration_s(t["interval"], f"prometheus_scrape_tiers.{name}.interval")
@@ -481,29 +493,34 @@ def _tier_loads(v: Mapping[str, Any], exporters: Mapping[str, GpuExporter]) -> _
     self_series = {**SELF_SERIES_MEASURED, **(v.get("capacity_self_series") or {})}
     jobs = list(v.get("prometheus_scrape_jobs") or file_sd.JOBS)
     out = _TierLoads({}, {}, file_sd.job_members(v, "dcgm") if "dcgm" in jobs else [])
-    interval_of: dict[str, float] = {}  # a GPU host's, read once for its two jobs
+    read_of: dict[str, tuple[Any, ...]] = {}  # a GPU host's, read once for its two jobs
     for job in jobs:
         by_host = out.jobs.setdefault(job, {})
         for h in file_sd.job_members(v, job):
-            hv = hostvars[h]
             interval = default_s
             if job in ("dcgm", "node"):
-                interval = interval_of.get(h, 0.0)
-                if not interval:
-                    interval = interval_of[h] = tiers.get(str(hv.get("scrape_tier")), default_s)
+                got = read_of.get(h)
+                if got is None:
+                    got = read_of[h] = read(h, _HOST_READS)
+                tier, mig_of, model, nvlink, cluster, node_series = got
+                interval = tiers.get(str(tier), default_s)
             if job == "dcgm":
                 exp = exporters.get(h)
                 if exp is None:
                     continue
-                mig = mig_instances(hv.get("gpu_mig"), exp.gpus, h)
-                traits = traits_of(hv.get("gpu_model"), hv.get("capacity_gpu_nvlink"))
+                mig = mig_instances(mig_of, exp.gpus, h)
+                traits = traits_of(model, nvlink)
                 own = dcgm_series(exp.csv_mig if mig else exp.csv, exp.gpus, mig, traits)
                 out.gpu_hosts[h] = _GpuHost(
-                    exp.gpus, traits.memory_temp_sensor is False, str(hv.get("cluster", ""))
+                    exp.gpus,
+                    traits.memory_temp_sensor is False,
+                    "" if cluster is None else str(cluster),
                 )
             elif job == "node":
                 own = _positive_int(
-                    hv.get("capacity_node_series", NODE_SERIES_MEASURED), "capacity_node_series", h
+                    NODE_SERIES_MEASURED if node_series is None else node_series,
+                    "capacity_node_series",
+                    h,
                 )
             else:
                 own = int(self_series.get(job, 0))

@@ -24,7 +24,7 @@ from typing import Any
 
 from deployer.booleans import truthy
 from deployer.memory import collector_paused
-from deployer.monitoring import handoff, shards
+from deployer.monitoring import handoff, host_values, shards
 
 JOBS = ("dcgm", "node", "prometheus", "alertmanager", "thanos-sidecar", "victoriametrics")
 
@@ -53,14 +53,16 @@ class _Labels:
         self.names = list(variables["prometheus_target_label_vars"])
         self.tiers = variables["prometheus_scrape_tiers"]
         self._tier_labels: dict[str, dict[str, str]] = {}
+        # What ``of`` reads of a host, in this order: the label variables, its tier, its address.
+        self.reads = (*self.names, "scrape_tier", "ansible_host")
 
-    def of(self, hv: Mapping[str, Any], host: str) -> dict[str, str]:
+    def of(self, values: Sequence[Any], host: str) -> dict[str, str]:
+        """The labels of ``host`` from its values of ``reads``."""
         labels = {"node": host}
-        for name in self.names:
-            value = hv.get(name)
+        for name, value in zip(self.names, values, strict=False):  # values: the names, then two more
             if value is not None:
                 labels[name] = str(value)
-        tier = hv.get("scrape_tier")
+        tier = values[-2]
         if tier is not None and str(tier) in self.tiers:
             labels.update(self._tier(str(tier)))
         return labels
@@ -205,12 +207,16 @@ def _labelled(variables: Mapping[str, Any], job: str) -> list[_HostTarget]:
     hostvars = variables["hostvars"]
     labels = _Labels(variables)
     known = _host_labels(hostvars, labels)
+    read, reads = host_values.reader(hostvars), labels.reads
     out = []
     for h in job_members(variables, job):
         got = known.get(h)
         if got is None:
-            hv = hostvars[h]
-            got = known[h] = _HostTarget(_address(hv, h), labels.of(hv, h))
+            values = read(h, reads)
+            address = values[-1]
+            got = known[h] = _HostTarget(
+                h if address is None else str(address), labels.of(values, h)
+            )
         out.append(got)
     return out
 
@@ -304,14 +310,17 @@ def common_cluster(variables: Mapping[str, Any], fallback: str) -> str:
     inventory that names the cluster on its GPU hosts only (``group_vars/gpu.yml``) then labels the
     replica's own alerts (meta alerts, aggregated alerts) as its GPU alerts, not as ``fallback``.
     """
-    hostvars = variables["hostvars"]
+    read = host_values.reader(variables["hostvars"])
     with collector_paused():
         found = {
             str(value)
             for host in _unique([h for job in JOBS for h in job_members(variables, job)])
-            if (value := hostvars[host].get("cluster")) not in (None, "")
+            if (value := read(host, _CLUSTER)[0]) not in (None, "")
         }
     return found.pop() if len(found) == 1 else fallback
+
+
+_CLUSTER = ("cluster",)
 
 
 def expected_targets(variables: Mapping[str, Any]) -> list[Target]:

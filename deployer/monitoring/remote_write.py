@@ -42,7 +42,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from deployer.monitoring import federation, file_sd, shards
+from deployer.monitoring import federation, file_sd, host_values, shards
 from deployer.tls import material as tls_material
 
 # Prometheus' duration units (model.ParseDuration).
@@ -92,6 +92,9 @@ def auth_enabled(variables: Mapping[str, Any]) -> bool:
     )
 
 
+_READS = ("scrape_tier", "gpu_count")  # of each dcgm and node target's host
+
+
 def samples_per_second(variables: Mapping[str, Any]) -> float:
     """Samples per second one replica ingests: per target of every job it scrapes (the hosts
     file_sd gives each job), its estimated series divided by its scrape interval (for dcgm and
@@ -104,10 +107,11 @@ def samples_per_second(variables: Mapping[str, Any]) -> float:
         str(name): seconds(tier["interval"])
         for name, tier in variables["prometheus_scrape_tiers"].items()
     }
-    hostvars = variables["hostvars"]
+    read = host_values.reader(variables["hostvars"])
     per_gpu = int(estimate["dcgm_per_gpu"])
     counted = variables.get("gpumon_gpu_counts") or {}
     total = 0.0
+    read_of: dict[str, tuple[Any, ...]] = {}  # a GPU host's, read once for its two jobs
     for job in variables["prometheus_scrape_jobs"]:
         hosts = file_sd.job_members(variables, job)
         if job not in ("dcgm", "node"):
@@ -115,14 +119,15 @@ def samples_per_second(variables: Mapping[str, Any]) -> float:
             continue
         flat = int(estimate.get(job, estimate["other"]))
         for h in hosts:
-            hv = hostvars[h]
-            tier = hv.get("scrape_tier")
+            got = read_of.get(h)
+            if got is None:
+                got = read_of[h] = read(h, _READS)
+            tier, gpus = got
             every = tiers.get(str(tier), default_every) if tier is not None else default_every
             if job == "dcgm":
                 # The plan's count: the declared gpu_count, else what the host's facts counted
                 # (the session's ``gpumon_gpu_counts``), else (no facts read: check --offline,
                 # an unreachable host) an estimate of 8.
-                gpus = hv.get("gpu_count")
                 if gpus is None:
                     gpus = counted.get(h)
                 series = int(gpus if gpus is not None else 8) * per_gpu

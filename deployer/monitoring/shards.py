@@ -31,7 +31,7 @@ from typing import Any
 
 from deployer.errors import InputError
 from deployer.memory import collector_paused
-from deployer.monitoring import shard_memo
+from deployer.monitoring import host_values, shard_memo
 
 SHARD_VAR = "prometheus_shard"
 BY_VAR = "prometheus_shard_by"
@@ -90,12 +90,12 @@ def shard_of_replicas(
     return named
 
 
-def shard_key(host: str, hv: Mapping[str, Any], by: str) -> str:
-    if by == "rack":
-        rack = hv.get("rack")
-        if rack not in (None, ""):
-            return f"rack:{rack}"
-    return f"host:{host}"
+def rack_key(host: str, rack: Any) -> str:
+    """A host's key when hosts are sharded by rack: its rack, else the host alone."""
+    return f"host:{host}" if rack in (None, "") else f"rack:{rack}"
+
+
+_RACK = ("rack",)
 
 
 def check_by(value: Any) -> str:
@@ -118,7 +118,8 @@ def host_shards(
     if by == "host":  # the name alone: no host's variables resolved
         keys = {h: f"host:{h}" for h in hosts}
     else:
-        keys = {h: shard_key(h, hostvars[h], by) for h in hosts}
+        read = host_values.reader(hostvars)
+        keys = {h: rack_key(h, read(h, _RACK)[0]) for h in hosts}
     if remembered:
         of_key = shard_memo.assign(list(keys.values()), shards, assign)
     else:

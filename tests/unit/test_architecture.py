@@ -172,7 +172,7 @@ LAYERS = [
     ["executor", "hostsession", "owed", "report"],
     ["plan", "roles", "templating", "hostpattern", "inventory", "rule_pack", "alertmanager_config",
      "monitoring.file_sd", "monitoring.remote_write", "monitoring.capacity",
-     "monitoring.shards", "monitoring.shard_memo", "monitoring.handoff",
+     "monitoring.shards", "monitoring.shard_memo", "monitoring.handoff", "monitoring.host_values",
      "monitoring.federation",  # what the prometheus templates render
      "monitoring.dashboards"],  # what the grafana templates render
     ["gpu"],

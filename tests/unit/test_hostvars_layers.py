@@ -56,6 +56,40 @@ def test_a_hostvars_entry_holds_what_resolve_gives_with_its_own_name_and_hostvar
         assert entry.get("missing", 0) == 0
 
 
+def test_a_hosts_values_read_without_its_entry_are_what_its_entry_gives(tmp_path, monkeypatch):
+    from deployer.templating import TemplatedVars
+
+    inventory = _inventory(tmp_path)
+    defaults = {"port": 1, "role_default": "x", "site": "default", "label": "{{ site }}-{{ port }}"}
+    overrides = {"rack": "r9", "inventory_hostname": "not this"}
+    reads = ("port", "role_default", "site", "rack", "missing", "gpu_model")
+    for over in ({}, overrides):
+        entries = LazyHostVars(inventory, defaults, Renderer(make_environment()), over)
+        fast = LazyHostVars(inventory, defaults, Renderer(make_environment()), over)
+        for host in ("gpu01", "gpu02"):
+            entry = entries[host]
+            assert fast.values_of(host, reads) == tuple(entry.get(k) for k in reads)
+            # a template, or a magic variable, is read through the entry, rendered
+            assert fast.values_of(host, ("label", "inventory_hostname")) == (
+                entry["label"],
+                host,
+            )
+    built: list[str] = []
+    real_init = TemplatedVars.__init__
+
+    def init(self, raw, renderer, source="variables"):
+        built.append(source)
+        real_init(self, raw, renderer, source)
+
+    monkeypatch.setattr(TemplatedVars, "__init__", init)
+    hostvars = LazyHostVars(inventory, defaults, Renderer(make_environment()), overrides)
+    hostvars.values_of("gpu01", ("port",))  # the first builds its entry (the defaults' secrets)
+    assert hostvars.values_of("gpu02", ("port", "rack", "site")) == (9400, "r9", "lab")
+    assert built == ["variables of gpu01"]
+    assert hostvars.values_of("gpu02", ("label",)) == ("lab-9400",)
+    assert built == ["variables of gpu01", "variables of gpu02"]
+
+
 def test_the_magic_variables_win_over_the_inventory_and_lose_only_to_overrides(tmp_path):
     inventory = _inventory(tmp_path)
     host = inventory.host("gpu01")

@@ -243,7 +243,9 @@ def test_planning_every_replica_assigns_each_host_and_reads_its_variables_once(
     assert [p.host for p in session.plans] == ["prom01", "prom02", "prom03", "prom04"]
     assert sorted(hashed) == sorted(set(hashed))  # each key once, for all four replicas
     assert {"host:gpu01", "host:gpu02", "host:gpu03"} <= set(hashed)
-    assert resolved.count("variables of gpu01") == 1
+    # at most once: plain values (these hosts' labels, addresses) are read without building
+    # the host's entry at all (LazyHostVars.values_of)
+    assert resolved.count("variables of gpu01") <= 1
     planner = session.planner
     one, other = (planner.host_vars(h, session.plays[0]) for h in ("prom01", "prom03"))
     assert one["hostvars"] is other["hostvars"]
