@@ -144,10 +144,9 @@ class LazyHostVars(Mapping[str, Any]):
         layers as its entry would read them (the run's overrides, the host's variables, the
         defaults), without building the entry: what every host's target labels, shard key and
         scrape interval are read by (building 100,003 entries that are read once each was a
-        seventh of planning them: bench/README.md). Otherwise, and for a host whose entry is
-        built already, through the entry."""
-        entry = self._cache.get(name)
-        if entry is None and self._layers is not None and _MAGIC.isdisjoint(keys):
+        seventh of planning them: bench/README.md), also when the entry was built (by a
+        template that read it). Otherwise through the entry, which renders them."""
+        if self._layers is not None and _MAGIC.isdisjoint(keys):
             host = self._inventory.hosts.get(name)
             if host is None:
                 raise KeyError(name)
