@@ -10,7 +10,9 @@ more is a GPU counted twice (a shard label two shards share, replicas not dedupl
 A record that lags is not a fault: the count moves through a shard replica's scrape and rule
 evaluation, then the global pair's federate scrape and its own evaluation. A difference while a
 global replica or a shard replica started within ``SETTLE_S``, or while one of the replica's
-federate targets is pending, is pending; ``status --wait`` waits it out.
+federate targets is pending, is pending; ``status --wait`` waits it out. So is a shortfall no
+larger than the GPUs of the hosts a driven rollout has out of service (their exporters stopped
+or rebooting: deployer/monitoring/rollouts.py ``out_of_service_now``), naming them.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ def global_gpu_check(
     counts: Mapping[str, int | None],
     federate_states: Iterable[str],
     young: bool,
+    out_of_service: Mapping[str, str] | None = None,
 ) -> Check | None:
     """``answer``: the replica's vector for :data:`QUERY` (an error text; None: not asked, its
     ready row says why); ``counts``: GPU node -> the GPUs it is held to (None: unknown, that
     node's own row fails); ``federate_states``: the states of the replica's federate targets;
-    ``young``: a global or shard replica started within ``SETTLE_S``."""
+    ``young``: a global or shard replica started within ``SETTLE_S``; ``out_of_service``: GPU
+    node -> why, for the hosts a driven rollout has out of service."""
     if answer is None:
         return None
     if isinstance(answer, str):
@@ -64,4 +68,9 @@ def global_gpu_check(
     if settling:
         why = "replicas just started" if young else "a federate target not scraped yet"
         return Check("prometheus", host, CHECK, PENDING, f"{detail}; {why}")
+    away = {n: why for n, why in (out_of_service or {}).items() if counts.get(n)}
+    if away and want - sum(counts[n] or 0 for n in away) <= have < want:
+        named = "; ".join(f"{n} {why}" for n, why in sorted(away.items()))
+        counted = f"{RECORD} counts {have:g} of {want:g} GPUs" if answer else f"no {RECORD}"
+        return Check("prometheus", host, CHECK, PENDING, f"{counted}: {named}")
     return Check("prometheus", host, CHECK, FAILED, detail)

@@ -59,7 +59,9 @@ class _Labels:
     def of(self, values: Sequence[Any], host: str) -> dict[str, str]:
         """The labels of ``host`` from its values of ``reads``."""
         labels = {"node": host}
-        for name, value in zip(self.names, values, strict=False):  # values: the names, then two more
+        for name, value in zip(
+            self.names, values, strict=False
+        ):  # values: the names, then two more
             if value is not None:
                 labels[name] = str(value)
         tier = values[-2]

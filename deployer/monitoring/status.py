@@ -615,7 +615,7 @@ def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> 
     )
     # the rows above expect the hand-over (old and new owners); this one says why
     checks.extend(reshard_check(said, exp.changing_run) for said in exp.reshards)
-    checks.extend(_global_pair_checks(exp, obs, starts, now, with_hosts))
+    checks.extend(_global_pair_checks(exp, obs, starts, now, with_hosts, maintenance))
     for peer in exp.alertmanagers:
         checks.extend(_alertmanager_checks(exp, peer, obs, now, with_hosts))
     if exp.alertmanagers:
@@ -671,11 +671,17 @@ def _pair_checks(
 
 
 def _global_pair_checks(
-    exp: StackExpectation, obs: _Obs, starts: Mapping[str, float], now: float, with_hosts: bool
+    exp: StackExpectation,
+    obs: _Obs,
+    starts: Mapping[str, float],
+    now: float,
+    with_hosts: bool,
+    maintenance: Mapping[str, str],
 ) -> list[Check]:
     """The federation tier's global pair, judged as the shard replicas are (ready, labels, rules
     loaded, loaded config = on disk, scraping: every shard replica's /federate) and then as a
-    pair of its own (its rules are not the shards'); every row under component ``GLOBAL``."""
+    pair of its own (its rules are not the shards'); every row under component ``GLOBAL``.
+    ``maintenance``: the hosts a driven rollout has out of service (their GPUs may be missing)."""
     checks: list[Check] = []
     labels: dict[str, dict[str, str] | None] = {}
     counts = {n: c for n, (c, _) in gpu_counts(exp, obs).items()}
@@ -691,8 +697,9 @@ def _global_pair_checks(
         checks.extend(rows)
         if counts:
             row = checks_global.global_gpu_check(
-                rep.host, obs.global_gpus.get(rep.host), counts, federate.values(), young
-            )
+                rep.host, obs.global_gpus.get(rep.host), counts, federate.values(), young,
+                maintenance,
+            )  # fmt: skip
             if row is not None:
                 checks.append(row)
     if exp.global_replicas:
@@ -724,6 +731,9 @@ def collect(
         # The global view holds every node to the same count as the replicas' rows.
         counts = {n: c for n, (c, _) in gpu_counts(exp, obs).items() if c is not None}
         stored_exp = dataclasses.replace(stored_exp, gpus=counts)
+    if stored_exp is not None:
+        # a host a driven rollout has out of service may be missing from the global view
+        stored_exp = dataclasses.replace(stored_exp, out_of_service=out_of_service_now(obs.runs))
     stored = store.collect(stored_exp, sfetch)
     return checks + thanos_checks(exp, fetch) + stored
 

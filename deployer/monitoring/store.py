@@ -96,6 +96,9 @@ class StoreExpectation:
     scrape_interval: str = ""
     shard_label: str = "shard"  # the replicas' external label of their shard
     backups: dict[str, float] = field(default_factory=dict)  # store host -> interval, seconds
+    # GPU node -> why, for the hosts a driven rollout has out of service (status fills it each
+    # round: deployer/monitoring/rollouts.py ``out_of_service_now``)
+    out_of_service: dict[str, str] = field(default_factory=dict)
 
     @property
     def active(self) -> bool:
@@ -399,7 +402,8 @@ def _every_gpu_once(
     moved host's series written with the label (before that release, or by another writer): the
     old shard's series stays in the view's lookback (``VIEW_LOOKBACK_S``) after its last sample,
     so pending; two shards scraping one host for longer is the shard rows' failure
-    (deployer/monitoring/checks_shards.py)."""
+    (deployer/monitoring/checks_shards.py). Fewer GPUs only of hosts a driven rollout has out
+    of service (``out_of_service``) is pending, naming the run and the step."""
     comp, name = "global view", exp.view
     per_gpu, err = query(fetch, exp.view_url, per_gpu_query(exp.shard_label), h)
     if err is not None:
@@ -418,13 +422,19 @@ def _every_gpu_once(
         )
         if float(s["value"][1]) > 1:
             twice.append(f"{where} x{float(s['value'][1]):.0f}")
-    problems = [
-        f"{node} {len(seen.get(node, ()))}/{want}"
-        for node, want in exp.gpus.items()
-        if len(seen.get(node, ())) != want
-    ]
+    short = [node for node, want in exp.gpus.items() if len(seen.get(node, ())) != want]
+    problems = [f"{node} {len(seen.get(node, ()))}/{exp.gpus[node]}" for node in short]
     if twice:
         problems.append("more than one series for " + ", ".join(sorted(twice)[:5]))
+    away = exp.out_of_service
+    if (
+        problems
+        and not twice
+        and all(n in away and len(seen.get(n, ())) < exp.gpus[n] for n in short)
+    ):
+        # fewer GPUs only of hosts a rollout has out of service: back when they are
+        detail = "; ".join(f"{p} ({away[n]})" for p, n in zip(problems, short, strict=True))
+        return Check(comp, name, "every GPU once", PENDING, detail), None
     if problems:
         return Check.of(comp, name, "every GPU once", False, "; ".join(problems)), None
     moved = sorted(

@@ -1043,6 +1043,31 @@ def test_the_global_count_is_not_judged_while_a_node_s_gpus_are_unknown():
     assert checks_global.global_gpu_check("mon01", None, {"gpu01": 8}, [], False) is None
 
 
+REBOOTING = "out of service in upgrade-driver run R (rebooting)"
+INSTALLING = "out of service in upgrade-driver run R (installing)"
+
+
+@pytest.mark.parametrize(
+    ("have", "away", "state"),
+    [
+        ([4.0], {"gpu02": REBOOTING}, "pending"),  # gpu02's 8 GPUs gone while it reboots
+        ([], {"gpu01": INSTALLING, "gpu02": REBOOTING}, "pending"),  # every host away
+        ([2.0], {"gpu02": REBOOTING}, "failed"),  # 2 more missing than gpu02 holds
+        ([4.0], {}, "failed"),
+    ],
+    ids=["one-host-away", "every-host-away", "short-by-more", "no-rollout"],
+)
+def test_the_global_count_short_by_what_a_rollout_has_out_of_service_is_pending(have, away, state):
+    """Hosts a driven rollout has out of service (their exporters stopped, rebooting) take
+    their GPUs out of the count until they are back; a shortfall beyond theirs still fails."""
+    counts = {"gpu01": 4, "gpu02": 8}
+    answer = [{"metric": {}, "value": [0, str(v)]} for v in have]
+    row = checks_global.global_gpu_check("mon01", answer, counts, ["ok"], False, away)
+    assert row is not None and row.state == state
+    if state == "pending":
+        assert all(f"{h} {why}" in row.detail for h, why in away.items()), row.detail
+
+
 # ---------------------------------------------------------------- the long-term store as a target
 
 STORE = "http://10.0.0.23:8428"
@@ -1117,10 +1142,13 @@ def test_a_host_a_driven_rollout_has_out_of_service_is_pending_until_the_control
     for base in (P1, P2):
         stack.targets[base][("dcgm", "10.0.0.11:9400")] = ("down", NOW - 5, "connection refused")
     hosts.unreachable.add("gpu01")
+    # a global pair over the shards: gpu01's GPUs gone from its count while gpu01 is away
+    fields = global_stack(stack, hosts)
+    stack.global_gpus[G1] = stack.global_gpus[G2] = [0.0]
     fd = os.open(run_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the controller, driving the run
     try:
-        checks = run(stack, hosts, inventory=str(inv))
+        checks = run(stack, hosts, inventory=str(inv), **fields)
     finally:
         os.close(fd)  # the controller dies
     why = f"out of service in upgrade-driver run {run_id} (rebooting)"
@@ -1131,10 +1159,13 @@ def test_a_host_a_driven_rollout_has_out_of_service_is_pending_until_the_control
     driver = row(checks, "gpu01", "NVML: loaded driver = installed")
     assert driver.state == PENDING and driver.detail.endswith(f"({why})")
     assert ("upgrade-driver", "*", "rollout under way") in pending(checks)
+    counted = detail(checks, "mon01", "every GPU once", status.GLOBAL)
+    assert counted == f"global_cluster:gpus:count counts 0 of 8 GPUs: gpu01 {why}"
 
-    checks = run(stack, hosts, inventory=str(inv))
+    checks = run(stack, hosts, inventory=str(inv), **fields)
     assert {("prometheus", "prom01", "scraping job dcgm"),
             ("driver", "gpu01", "NVML: loaded driver = installed"),
+            (status.GLOBAL, "mon01", "every GPU once"),
             ("upgrade-driver", "*", "no rollout left mid-run")} <= set(failed(checks))  # fmt: skip
 
 

@@ -184,6 +184,42 @@ def test_a_mig_gpu_is_one_gpu_with_one_series_per_gpu_instance():
     assert got[("global view", "victoriametrics", "every GPU once")].ok
 
 
+ROLLOUT = "out of service in upgrade-driver run 20261205T200000Z-ab12 (rebooting)"
+
+
+@pytest.mark.parametrize(
+    ("away", "state", "said"),
+    [
+        ({"gpu01": ROLLOUT}, "pending", f"gpu01 0/2 ({ROLLOUT})"),
+        # another host short too: that one is no rollout's doing
+        ({"gpu02": ROLLOUT}, "failed", "gpu01 0/2"),
+        ({}, "failed", "gpu01 0/2"),
+    ],
+    ids=["only-the-host-out-of-service", "another-host-short", "no-rollout"],
+)
+def test_gpus_missing_only_of_hosts_a_rollout_has_out_of_service_are_pending(away, state, said):
+    only_gpu02 = vector(({"node": "gpu02", "UUID": "GPU-c"}, "1"))
+    fetch = healthy_stack(
+        **{f"10.0.0.5:8428/api/v1/query?{ss.per_gpu_query('shard')}": Response(200, only_gpu02)}
+    )
+    row = by_check(ss.collect(expectation(out_of_service=away), fetch))[
+        ("global view", "victoriametrics", "every GPU once")
+    ]
+    assert (row.state, row.detail) == (state, said)
+
+
+def test_a_gpu_counted_twice_fails_whatever_a_rollout_has_out_of_service():
+    twice = vector(
+        ({"node": "gpu01", "UUID": "GPU-a"}, "2"), ({"node": "gpu02", "UUID": "GPU-c"}, "1")
+    )
+    fetch = healthy_stack(
+        **{f"10.0.0.5:8428/api/v1/query?{ss.per_gpu_query('shard')}": Response(200, twice)}
+    )
+    exp = expectation(out_of_service={"gpu01": ROLLOUT})
+    row = by_check(ss.collect(exp, fetch))[("global view", "victoriametrics", "every GPU once")]
+    assert row.state == "failed" and "more than one series for gpu01 GPU-a x2" in row.detail
+
+
 def test_a_missing_gpu_and_a_missing_cluster_fail():
     one_less = vector(
         ({"node": "gpu01", "UUID": "GPU-a"}, "1"), ({"node": "gpu02", "UUID": "GPU-c"}, "1")
