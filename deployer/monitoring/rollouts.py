@@ -115,6 +115,45 @@ def out_of_service_now(runs: list[RunInfo]) -> dict[str, str]:
     }
 
 
+def _with_hosts_out(runs: list[RunInfo]) -> list[tuple[RunInfo, dict[str, str]]]:
+    """Each run (oldest first) with its hosts out of service (host -> step) that no later run
+    of the inventory took up since (a host a later run holds a record of: resuming the earlier
+    run would take it back to that run's target)."""
+    found: list[tuple[RunInfo, dict[str, str]]] = []
+    taken_up: set[str] = set()
+    for run in reversed(runs):
+        out = {
+            h: step.state
+            for h, step in run.hosts.items()
+            if step.state in OUT_OF_SERVICE and h not in taken_up
+        }
+        taken_up.update(run.hosts)
+        found.append((run, out))
+    return found[::-1]
+
+
+def left_mid_run(runs: list[RunInfo]) -> list[tuple[RunInfo, dict[str, str]]]:
+    """The runs a controller left mid-run (killed, or interrupted: the record neither finished
+    nor stopped, its lock not held) with hosts out of service no later run took up, each with
+    those hosts (host -> step), oldest first."""
+    return [
+        (run, out)
+        for run, out in _with_hosts_out(runs)
+        if out and not run.driven and run.status in ("running", "interrupted")
+    ]
+
+
+def left_detail(run: RunInfo, out: dict[str, str]) -> str:
+    """What a run left mid-run left, and the two ways out."""
+    how = "died mid-run" if run.status == "running" else "was interrupted"
+    hosts = ", ".join(f"{h} ({state})" for h, state in sorted(out.items()))
+    return (
+        f"run {run.run_id} {how} (no controller drives it) and left {hosts} mid-upgrade, out of "
+        f"service; resume it: {resume_command(run)} (or, once those hosts are back by other "
+        f"means, remove {run.where})"
+    )
+
+
 def rollout_checks(runs: list[RunInfo]) -> list[Check]:
     """``runs`` (``runs_of``, oldest first): a pending row for each run a controller drives now,
     naming the hosts it has out of service (``out_of_service_now``: their rows pending);
@@ -123,17 +162,11 @@ def rollout_checks(runs: list[RunInfo]) -> list[Check]:
     inventory took up since. A run stopped at ``--max-failures`` leaves its failed host drained
     on purpose and said so when it stopped: no row."""
     rows: list[Check] = []
-    taken_up: set[str] = set()  # hosts a later run holds a record of
-    for run in reversed(runs):
-        out = {
-            h: step.state
-            for h, step in run.hosts.items()
-            if step.state in OUT_OF_SERVICE and h not in taken_up
-        }
-        taken_up.update(run.hosts)
-        hosts = ", ".join(f"{h} ({state})" for h, state in sorted(out.items()))
+    left = {run.run_id for run, _ in left_mid_run(runs)}
+    for run, out in _with_hosts_out(runs):
         if run.driven:
             done = sum(step.state == "done" for step in run.hosts.values())
+            hosts = ", ".join(f"{h} ({state})" for h, state in sorted(out.items()))
             now = (
                 f"out of service now: {hosts} (what their rows fail of is pending meanwhile)"
                 if out
@@ -141,11 +174,6 @@ def rollout_checks(runs: list[RunInfo]) -> list[Check]:
             )
             rows.append(Check("upgrade-driver", "*", UNDER_WAY, PENDING,
                               f"run {run.run_id} ({done}/{len(run.hosts)} hosts done); {now}"))  # fmt: skip
-        elif run.status in ("running", "interrupted") and out:
-            how = "died mid-run" if run.status == "running" else "was interrupted"
-            rows.append(Check("upgrade-driver", "*", LEFT, FAILED,
-                              f"run {run.run_id} {how} (no controller drives it) and left "
-                              f"{hosts} mid-upgrade, out of service; resume it: "
-                              f"{resume_command(run)} (or, once those hosts are back by other "
-                              f"means, remove {run.where})"))  # fmt: skip
-    return rows[::-1]
+        elif run.run_id in left:
+            rows.append(Check("upgrade-driver", "*", LEFT, FAILED, left_detail(run, out)))
+    return rows

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from deployer.connection import Connection, LocalConnection
 from deployer.errors import InputError
+from deployer.monitoring import rollouts
 from deployer.monitoring import tier as monitoring_tier
 from deployer.monitoring.silences import host_matchers
 from deployer.rollout import drain
@@ -118,6 +119,32 @@ def _already_out(pre: Preflight, hook: DrainHook, opener) -> BeforeRun:
         if conn is not None:
             conn.close()
     return before
+
+
+# Drain hooks whose drain keeps no owner (deployer/rollout/drain.py): a new run cannot tell a
+# node an earlier run left drained from one an administrator drained, so it would leave it so.
+_NO_OWNER_KINDS = ("kubernetes", "command")
+
+
+def _refuse_hosts_left(req: UpgradeRequest, selected: list[str], kind: str) -> None:
+    """An input error when an earlier run of this inventory on this controller, one no controller
+    drives any more, left selected hosts out of service: resuming it finishes them; a new run
+    over them would find them drained with no owner to tell, upgrade them and leave them
+    drained. With ``--drain slurm`` the drain reason names the run and a new run takes them over
+    (``drain.owner``); with ``--drain none`` nothing of theirs stays drained."""
+    chosen = set(selected)
+    left = [
+        (run, hosts)
+        for run, out in rollouts.left_mid_run(rollouts.runs_of(req.inventory, req.state_dir))
+        if (hosts := {h: step for h, step in out.items() if h in chosen})
+    ]
+    if left:
+        said = "; ".join(rollouts.left_detail(run, hosts) for run, hosts in left)
+        raise InputError(
+            f"{said}. A new run would not take them over: a {kind} drain keeps no owner to tell "
+            "a run's from an administrator's, so it would upgrade them and leave them drained",
+            key="--resume",
+        )
 
 
 def _new_record(
@@ -247,6 +274,8 @@ def upgrade_driver(
         plan=False,
     )
     try:
+        if record is None and hook.kind in _NO_OWNER_KINDS:
+            _refuse_hosts_left(req, session.hosts, hook.kind)  # before any host is contacted
         pre = run_preflight(session, to)
         if record is not None:
             # hosts this run finished are never touched again: only the others need preflight

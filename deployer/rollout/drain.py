@@ -19,7 +19,9 @@ upgrade that uncordons the nodes an administrator had cordoned: NVIDIA/gpu-opera
 operator is uncordoning cordonned/drained nodes"), NVIDIA/k8s-driver-manager#212, and the
 review of NVIDIA/k8s-driver-manager#240, where a marker kept apart from the cordon itself goes
 stale and later removes an administrator's cordon. Kubernetes and command hooks keep no reason:
-a node drained before the run is never resumed, one the run drained is.
+a node drained before the run is never resumed, one the run drained is; and a new run refuses
+hosts an earlier run of the inventory left drained with no controller driving it (resuming that
+run finishes them: ``command._refuse_hosts_left``).
 
 Slurm: ``sinfo -h -N -n X -o '%T|%E'`` (state, reason), ``scontrol update nodename=X state=drain
 reason=...``, ``squeue -h -w X`` empty (only jobs allocated to X: pending jobs that ask for X do

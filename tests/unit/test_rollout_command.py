@@ -156,3 +156,67 @@ def test_the_matrix_check_and_facts_fail_a_host_whose_facts_could_not_be_read(
     assert facts.exit_code == 1, facts.output
     assert f"g2: FAILED its facts could not be read: {SUDO}" in facts.output
     assert "g1: " in facts.output
+
+
+# ---------------------------------------------------------------- hosts an earlier run left
+
+
+def left_run(state_dir, inv, run_id: str, hosts: dict[str, str], status: str = "running"):
+    """The record of a run whose controller died (no lock held) with ``hosts`` at their steps."""
+    run = state_dir / run_id
+    run.mkdir(parents=True)
+    (run / "state.json").write_text(json.dumps({
+        "status": status, "inventory": str(inv.resolve()),
+        "hosts": {h: {"state": step} for h, step in hosts.items()},
+    }))  # fmt: skip
+    return run
+
+
+LEFT_RUN = "20261205T100000Z-580.126.20-ab12"
+
+
+@pytest.mark.parametrize("drain", ["kubernetes", "command"])
+def test_a_new_run_over_hosts_an_earlier_run_left_drained_is_refused_before_any_contact(
+    tmp_path, monkeypatch, state_dir, drain
+):
+    # A Kubernetes cordon (or a command hook's drain) keeps no owner: a new run would find g1
+    # drained "before the run", upgrade it and leave it cordoned for good.
+    inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}, "g2": {"gpu_model": "H100"}})
+    fleet = FakeFleet(facts={h: gpu_facts(h) for h in ("g1", "g2")}).install(monkeypatch)
+    run = left_run(state_dir, inv, LEFT_RUN, {"g1": "rebooting", "g2": "done"})
+    args = ["--drain-command", "drain-node {action} {host}"] if drain == "command" else []
+    result = upgrade(inv, "--to", "580", "--drain", drain, *args)
+    assert result.exit_code == 2, result.output
+    assert f"run {LEFT_RUN} died mid-run (no controller drives it) and left g1 (rebooting)" in (
+        result.output
+    )
+    assert f"--resume {LEFT_RUN}" in result.output and str(run) in result.output
+    assert f"a {drain} drain keeps no owner" in result.output
+    assert fleet.conns == {}  # no host contacted
+    assert sorted(p.name for p in state_dir.iterdir()) == [LEFT_RUN]  # no new run
+
+
+def test_hosts_an_earlier_run_left_stop_only_a_run_that_selects_them(tmp_path, state_dir):
+    from deployer.errors import InputError
+    from deployer.rollout.command import UpgradeRequest, _refuse_hosts_left
+
+    inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}, "g2": {"gpu_model": "H100"}})
+    req = UpgradeRequest(inventory=inv, to="580")
+    left_run(state_dir, inv, LEFT_RUN, {"g1": "installing"}, status="interrupted")
+    with pytest.raises(InputError, match=f"run {LEFT_RUN} was interrupted"):
+        _refuse_hosts_left(req, ["g1", "g2"], "kubernetes")
+    _refuse_hosts_left(req, ["g2"], "kubernetes")  # --limit g2: g1 is not this run's
+    # a later run took g1 up (its record holds g1): resuming the earlier one is no way out
+    left_run(state_dir, inv, "20261205T110000Z-580.126.20-cd34", {"g1": "done"}, "stopped")
+    _refuse_hosts_left(req, ["g1", "g2"], "kubernetes")
+
+
+def test_with_drain_none_hosts_an_earlier_run_left_are_no_reason_to_refuse(
+    tmp_path, monkeypatch, state_dir
+):
+    # nothing of theirs stays drained: the new run upgrades them and they are back
+    inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}})
+    FakeFleet(facts={"g1": gpu_facts("g1")}).install(monkeypatch)
+    left_run(state_dir, inv, LEFT_RUN, {"g1": "installing"})
+    result = upgrade(inv, "--to", "580", "--drain", "none", "--check")
+    assert result.exit_code == 0, result.output
