@@ -1,7 +1,9 @@
 """What ``status`` knows about ``upgrade-driver`` runs: one named in a Slurm drain reason (its
 record on this controller and whether a controller still drives it), and the runs of the
 inventory it checks (``runs_of``, ``rollout_checks``): one under way, and one a controller left
-mid-run with hosts out of service. Read-only: no lock is taken.
+mid-run with hosts out of service (``left_mid_run``, which a new ``upgrade-driver`` run with a
+drain hook that keeps no owner also reads: deployer/rollout/command.py). Read-only: no lock is
+taken.
 
 A run keeps ``<state root>/<run id>/state.json`` and, while a controller drives it, holds an
 exclusive ``flock`` on ``lock`` in the same directory, with its pid written there

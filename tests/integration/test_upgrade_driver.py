@@ -364,6 +364,15 @@ def test_a_rolling_upgrade_killed_mid_run_is_finished_by_resume(
     assert all(f"{h} ({s})" in detail for h, s in left.items()), (detail, left)
     assert f"--resume {run.name}" in detail
 
+    # a new run over those hosts (the command hook keeps no owner of its drain) is refused
+    # before any host is contacted: it would leave them drained after upgrading them
+    markers = sh(ulab, "mon01", f"ls {MARKERS}").split()
+    again = gpumon(*args, env=env)
+    assert again.returncode == 2, again.stderr[-3000:]
+    assert f"run {run.name} died mid-run" in again.stderr and f"--resume {run.name}" in again.stderr
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [run.name]  # no new run
+    assert sh(ulab, "mon01", f"ls {MARKERS}").split() == markers  # no drain touched
+
     proc = gpumon(
         "upgrade-driver", "-i", baseline, "--resume", run.name, "--output", "json", env=env
     )
