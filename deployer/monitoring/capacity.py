@@ -484,7 +484,7 @@ _HOST_READS = (
 def _tier_loads(v: Mapping[str, Any], exporters: Mapping[str, GpuExporter]) -> _TierLoads:
     from deployer.monitoring import file_sd
 
-    read = host_values.reader(v["hostvars"])
+    read = host_values.per_host(v["hostvars"], _HOST_READS)
     default_s = duration_s(v["prometheus_scrape_interval"], "prometheus_scrape_interval")
     tiers = {
         str(name): duration_s(t["interval"], f"prometheus_scrape_tiers.{name}.interval")
@@ -493,16 +493,12 @@ def _tier_loads(v: Mapping[str, Any], exporters: Mapping[str, GpuExporter]) -> _
     self_series = {**SELF_SERIES_MEASURED, **(v.get("capacity_self_series") or {})}
     jobs = list(v.get("prometheus_scrape_jobs") or file_sd.JOBS)
     out = _TierLoads({}, {}, file_sd.job_members(v, "dcgm") if "dcgm" in jobs else [])
-    read_of: dict[str, tuple[Any, ...]] = {}  # a GPU host's, read once for its two jobs
     for job in jobs:
         by_host = out.jobs.setdefault(job, {})
         for h in file_sd.job_members(v, job):
             interval = default_s
             if job in ("dcgm", "node"):
-                got = read_of.get(h)
-                if got is None:
-                    got = read_of[h] = read(h, _HOST_READS)
-                tier, mig_of, model, nvlink, cluster, node_series = got
+                tier, mig_of, model, nvlink, cluster, node_series = read(h)
                 interval = tiers.get(str(tier), default_s)
             if job == "dcgm":
                 exp = exporters.get(h)

@@ -59,9 +59,8 @@ class _Labels:
     def of(self, values: Sequence[Any], host: str) -> dict[str, str]:
         """The labels of ``host`` from its values of ``reads``."""
         labels = {"node": host}
-        for name, value in zip(
-            self.names, values, strict=False
-        ):  # values: the names, then two more
+        # ``values`` holds the names' values, then the tier and the address (``reads``)
+        for name, value in zip(self.names, values, strict=False):
             if value is not None:
                 labels[name] = str(value)
         tier = values[-2]

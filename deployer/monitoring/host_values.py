@@ -22,3 +22,18 @@ def reader(hostvars: Mapping[str, Any]) -> Reader:
         return tuple([hv.get(key) for key in keys])
 
     return read
+
+
+def per_host(hostvars: Mapping[str, Any], keys: Sequence[str]) -> Callable[[str], tuple[Any, ...]]:
+    """``of(host)``: ``reader(hostvars)(host, keys)``, read once per host however often asked (a
+    GPU host is a target of two jobs, dcgm and node)."""
+    read = reader(hostvars)
+    known: dict[str, tuple[Any, ...]] = {}
+
+    def of(host: str) -> tuple[Any, ...]:
+        values = known.get(host)
+        if values is None:
+            values = known[host] = read(host, keys)
+        return values
+
+    return of

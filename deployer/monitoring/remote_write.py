@@ -107,11 +107,10 @@ def samples_per_second(variables: Mapping[str, Any]) -> float:
         str(name): seconds(tier["interval"])
         for name, tier in variables["prometheus_scrape_tiers"].items()
     }
-    read = host_values.reader(variables["hostvars"])
+    read = host_values.per_host(variables["hostvars"], _READS)
     per_gpu = int(estimate["dcgm_per_gpu"])
     counted = variables.get("gpumon_gpu_counts") or {}
     total = 0.0
-    read_of: dict[str, tuple[Any, ...]] = {}  # a GPU host's, read once for its two jobs
     for job in variables["prometheus_scrape_jobs"]:
         hosts = file_sd.job_members(variables, job)
         if job not in ("dcgm", "node"):
@@ -119,10 +118,7 @@ def samples_per_second(variables: Mapping[str, Any]) -> float:
             continue
         flat = int(estimate.get(job, estimate["other"]))
         for h in hosts:
-            got = read_of.get(h)
-            if got is None:
-                got = read_of[h] = read(h, _READS)
-            tier, gpus = got
+            tier, gpus = read(h)
             every = tiers.get(str(tier), default_every) if tier is not None else default_every
             if job == "dcgm":
                 # The plan's count: the declared gpu_count, else what the host's facts counted

@@ -134,15 +134,16 @@ def _with_hosts_out(runs: list[RunInfo]) -> list[tuple[RunInfo, dict[str, str]]]
     return found[::-1]
 
 
+def _left(run: RunInfo, out: dict[str, str]) -> bool:
+    """A controller left ``run`` mid-run (killed, or interrupted: the record neither finished
+    nor stopped, its lock not held) with ``out`` (hosts no later run took up) out of service."""
+    return bool(out) and not run.driven and run.status in ("running", "interrupted")
+
+
 def left_mid_run(runs: list[RunInfo]) -> list[tuple[RunInfo, dict[str, str]]]:
-    """The runs a controller left mid-run (killed, or interrupted: the record neither finished
-    nor stopped, its lock not held) with hosts out of service no later run took up, each with
-    those hosts (host -> step), oldest first."""
-    return [
-        (run, out)
-        for run, out in _with_hosts_out(runs)
-        if out and not run.driven and run.status in ("running", "interrupted")
-    ]
+    """The runs a controller left mid-run with hosts out of service no later run took up, each
+    with those hosts (host -> step), oldest first."""
+    return [(run, out) for run, out in _with_hosts_out(runs) if _left(run, out)]
 
 
 def left_detail(run: RunInfo, out: dict[str, str]) -> str:
@@ -164,7 +165,6 @@ def rollout_checks(runs: list[RunInfo]) -> list[Check]:
     inventory took up since. A run stopped at ``--max-failures`` leaves its failed host drained
     on purpose and said so when it stopped: no row."""
     rows: list[Check] = []
-    left = {run.run_id for run, _ in left_mid_run(runs)}
     for run, out in _with_hosts_out(runs):
         if run.driven:
             done = sum(step.state == "done" for step in run.hosts.values())
@@ -176,6 +176,6 @@ def rollout_checks(runs: list[RunInfo]) -> list[Check]:
             )
             rows.append(Check("upgrade-driver", "*", UNDER_WAY, PENDING,
                               f"run {run.run_id} ({done}/{len(run.hosts)} hosts done); {now}"))  # fmt: skip
-        elif run.run_id in left:
+        elif _left(run, out):
             rows.append(Check("upgrade-driver", "*", LEFT, FAILED, left_detail(run, out)))
     return rows
