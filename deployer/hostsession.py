@@ -4,7 +4,9 @@ tasks in one round trip, kept per host and play in ``PlayReads``.
 
 A batch is one shell script: each task's read script in a group followed by a marker line with a
 random token and the script's exit status, so the output splits back per task; a part whose marker
-is missing reads as None (read again on its own).
+is missing reads as None (read again on its own). The file probes of a batch's reads come first,
+answered together by one ``stat`` and one ``sha256sum`` (deployer/modules/probe.py), and each
+read's result is rebuilt as the read prints alone.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from deployer import owed
 from deployer.connection import CommandResult, Connection
 from deployer.errors import HostUnreachable
+from deployer.modules import probe
 from deployer.plan import HostPlay, PlannedTask
 
 Connector = Callable[[str], Connection]
@@ -182,27 +185,38 @@ class Prefetched:
 
 
 def _batch_script(scripts: list[str], token: str) -> str:
-    return "\n".join(
-        # A group, not a subshell: one fork fewer per task (read scripts keep the shell as they
-        # found it: no exit, no cd, every variable set before it is read; see modules/base.py).
-        f"{{ {script}\n}} 2>/dev/null; printf '\\n@@{token} {i} %d@@\\n' $?"
-        for i, script in enumerate(scripts)
-    )
+    # The file probes of the scripts are answered first, together (deployer/modules/probe.py);
+    # each script then runs what is left of it.
+    probes = probe.batched(scripts)
+    parts = [probe.batch_script(probes, token)] if probes else []
+    for i, script in enumerate(scripts):
+        own = probe.left_to_run(script) if probes else script
+        if own is not None:
+            # A group, not a subshell: one fork fewer per task (read scripts keep the shell as
+            # they found it: no exit, no cd, every variable set before it is read; see
+            # modules/base.py).
+            parts.append(f"{{ {own}\n}} 2>/dev/null; printf '\\n@@{token} {i} %d@@\\n' $?")
+    return "\n".join(parts)
 
 
 def _split_batch(stdout: str, scripts: list[str], token: str) -> list[CommandResult | None]:
     out: list[CommandResult | None] = []
-    rest = stdout
+    probes = probe.batched(scripts)
+    answers, rest = probe.split_answers(stdout, probes, token) if probes else ({}, stdout)
     for i, script in enumerate(scripts):
-        marker_start = f"\n@@{token} {i} "
-        pos = rest.find(marker_start)
-        end = rest.find("@@\n", pos + len(marker_start)) if pos >= 0 else -1
-        if end < 0:
-            out.extend([None] * (len(scripts) - i))
-            break
-        rc = int(rest[pos + len(marker_start) : end])
-        out.append(CommandResult(script, rc, rest[:pos], ""))
-        rest = rest[end + 3 :]
+        own = probe.left_to_run(script) if probes else script
+        ran: CommandResult | None = None
+        if own is not None:
+            marker_start = f"\n@@{token} {i} "
+            pos = rest.find(marker_start)
+            end = rest.find("@@\n", pos + len(marker_start)) if pos >= 0 else -1
+            if end >= 0:
+                rc = int(rest[pos + len(marker_start) : end])
+                ran = CommandResult(own, rc, rest[:pos], "")
+                rest = rest[end + 3 :]
+            else:  # this read's part is missing, and so is every later one's
+                rest = ""
+        out.append(probe.answer(script, ran, answers) if probes else ran)
     return out
 
 

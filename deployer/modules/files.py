@@ -26,9 +26,8 @@ from deployer.modules.base import (
     register,
     run_checked,
 )
+from deployer.modules.probe import probe_or_script
 from deployer.secrets import MASK
-
-_STAT = "type=%F\\nowner=%U\\ngroup=%G\\nmode=%a\\nlink=%N\\n"
 
 
 def normalise_mode(key: str, mode: Any) -> str | None:
@@ -52,17 +51,10 @@ def _abs_path(key: str, path: str) -> None:
 
 
 def stat_script(path: str, with_hash: bool) -> str:
-    p = q(path)
-    hash_part = (
-        # No subshell, no cut: sha256sum's "HASH  -" goes straight out (one process per file).
-        f"if [ -f {p} ]; then printf 'sha256='; sha256sum < {p} || echo; fi; " if with_hash else ""
-    )
-    return (
-        f"if [ -e {p} ] || [ -L {p} ]; then echo exists=1; "
-        f"stat --printf '{_STAT}' -- {p}; {hash_part}"
-        f"if [ -L {p} ]; then printf 'target=%s\\n' \"$(readlink -- {p})\"; fi; "
-        "else echo exists=0; fi"
-    )
+    """The read of ``path``'s state that ``parse_stat`` parses: a file probe, which a batch of
+    reads answers with its other probes from one ``stat`` and one ``sha256sum``
+    (deployer/modules/probe.py)."""
+    return probe_or_script(path, with_hash)
 
 
 def parse_stat(result: CommandResult) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from deployer.modules.base import (
 )
 from deployer.modules.files import atomic_write_script, parse_stat, stat_script
 from deployer.modules.package import lock_retry
+from deployer.modules.probe import SectionedRead
 from deployer.modules.readout import as_result, sections
 
 SOURCES_DIR = "/etc/apt/sources.list.d"
@@ -213,19 +214,17 @@ class AptRepository(Module):
     # ---- read ----------------------------------------------------------------------------
     def read_script(self, args: dict[str, Any]) -> str:
         parts = [
-            "echo @keyring",
-            stat_script(self.keyring_path(args), with_hash=True),
-            "echo @source",
-            stat_script(self.source_path(args), with_hash=True),
+            ("keyring", stat_script(self.keyring_path(args), with_hash=True)),
+            ("source", stat_script(self.source_path(args), with_hash=True)),
         ]
         if args["state"] == "present" and args.get("key_url"):
-            parts += [
-                "echo @fetch",
+            fetch = (
                 f"k=$(curl -fsSL --max-time 60 --max-filesize {_MAX_KEY_BYTES} -- "
                 f'{q(args["key_url"])} | base64 -w0) && [ -n "$k" ] '
-                "&& printf 'key=%s\\n' \"$k\" || echo key_error=1",
-            ]
-        return "\n".join(parts)
+                "&& printf 'key=%s\\n' \"$k\" || echo key_error=1"
+            )
+            parts.append(("fetch", fetch))
+        return SectionedRead(parts)
 
     def parse(self, args: dict[str, Any], result: CommandResult) -> dict[str, Any]:
         parts = sections(result.stdout)

@@ -43,6 +43,7 @@ from deployer.modules.base import (
     run_checked,
 )
 from deployer.modules.files import atomic_write_script, parse_stat, stat_script
+from deployer.modules.probe import SectionedRead
 from deployer.modules.readout import as_result, sections, sha256_text
 
 UNIT_DIR = "/etc/systemd/system"
@@ -135,11 +136,12 @@ class SystemdUnit(Module):
 
     # ---- read ----------------------------------------------------------------------------
     def read_script(self, args: dict[str, Any]) -> str:
-        parts = []
-        for prefix, (path, _) in self.files(args).items():
-            parts += [f"echo @{prefix}", stat_script(path, with_hash=True)]
-        parts += ["echo @show", f"systemctl show -p {_SHOW} -- {q(args['name'])}"]
-        return "\n".join(parts)
+        parts = [
+            (prefix, stat_script(path, with_hash=True))
+            for prefix, (path, _) in self.files(args).items()
+        ]
+        parts.append(("show", f"systemctl show -p {_SHOW} -- {q(args['name'])}"))
+        return SectionedRead(parts)
 
     def parse(self, args: dict[str, Any], result: CommandResult) -> dict[str, Any]:
         parts = sections(result.stdout)
