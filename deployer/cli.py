@@ -21,8 +21,7 @@ from typing import Any
 
 import click
 
-from deployer import __version__, init_inventory, library_logs, run_lock
-from deployer import restore as restore_mod
+from deployer import __version__, library_logs, run_lock
 from deployer.errors import InputError
 from deployer.facts import HostFacts
 from deployer.gpu import preflight
@@ -674,6 +673,8 @@ def restore(
 ) -> None:
     """Restore a long-term store (VictoriaMetrics) from its vmbackup in the S3 bucket: stop it,
     vmrestore, start it; the replicas' WAL refills the time it was down."""
+    from deployer import restore as restore_mod  # imported by the command that uses it
+
     session, stores = restore_mod.store_variables(inventory, list(extra_vars))
     chosen = restore_mod.choose_host(stores, host, str(inventory))
     the_plan = restore_mod.plan(chosen, stores[chosen], source)
@@ -725,6 +726,7 @@ def init(
     """Read the GPU hosts' facts and write beside the inventory the variables the product needs
     (GPU model and count, NVSwitch, the driver branch loaded now, the --group mapping); existing
     files are never rewritten."""
+    from deployer import init_inventory  # imported by the command that uses it
 
     def gpu_hosts(session: DeploySession) -> list[str]:
         gpu = preflight.gpu_hosts(session.inventory, session.hosts)

@@ -17,8 +17,6 @@ from pathlib import Path
 from deployer.errors import InputError
 from deployer.inventory.draft import Draft
 from deployer.inventory.files import YAML_EXTENSIONS, read_text, refuse_vault
-from deployer.inventory.ini_source import INI_SECTION, parse_ini
-from deployer.inventory.toml_source import parse_toml
 from deployer.inventory.yaml_source import parse_yaml
 from deployer.yamlsrc import load_yaml_text
 
@@ -40,6 +38,8 @@ def _refuse_script(text: str, path: Path) -> None:
 
 
 def _looks_like_yaml(text: str) -> bool:
+    from deployer.inventory.ini_source import INI_SECTION
+
     return any(
         re.match(r"^\s*[^#;\s][^=]*:(\s|$)", line) for line in text.splitlines()
     ) and not any(INI_SECTION.match(line.strip()) for line in text.splitlines())
@@ -54,12 +54,17 @@ def parse_file(draft: Draft, path: Path) -> None:
     if ext in YAML_EXTENSIONS:
         parse_yaml(draft, load_yaml_text(text, source), source, text)
         return
+    # The INI and TOML readers (and tomllib) are imported for the inventories written so.
     if ext == ".toml":
+        from deployer.inventory.toml_source import parse_toml
+
         parse_toml(draft, text, source)
         return
     if ext == "" and _looks_like_yaml(text):
         parse_yaml(draft, load_yaml_text(text, source), source, text)
         return
+    from deployer.inventory.ini_source import parse_ini
+
     parse_ini(draft, text, source)
 
 
