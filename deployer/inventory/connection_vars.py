@@ -51,7 +51,10 @@ def _local_user() -> str:
 
 def _pick(variables: Mapping[str, Any], *keys: str) -> tuple[str | None, Any]:
     """(key, value) of the last of ``keys`` set (not None): Ansible reads the aliases in order,
-    the last one present wins."""
+    the last one present wins. ``keys`` go in the order of the ``vars:`` of ansible-core's ssh
+    connection plugin (plugins/connection/ssh.py), which lists each ``ansible_ssh_`` alias after
+    its plain name: where both are set, whatever layer each comes from, the alias wins
+    (tests/parity: ansible-core's own ``set_options``/``get_option`` on every inventory)."""
     chosen: tuple[str | None, Any] = (None, None)
     for key in keys:
         value = variables.get(key)
@@ -72,7 +75,7 @@ def _text(key: str | None, value: Any, origins: Mapping[str, str]) -> str | None
 
 
 def _address(name: str, variables: Mapping[str, Any], origins: Mapping[str, str]) -> str:
-    return _text(*_pick(variables, "ansible_ssh_host", "ansible_host"), origins) or name
+    return _text(*_pick(variables, "ansible_host", "ansible_ssh_host"), origins) or name
 
 
 def connection_spec(
@@ -89,7 +92,7 @@ def connection_spec(
 
     address = _address(name, variables, origins)
 
-    port_key, port_value = pick("ansible_ssh_port", "ansible_port")
+    port_key, port_value = pick("ansible_port", "ansible_ssh_port")
     port = 22
     if port_key is not None:
         if isinstance(port_value, str) and port_value.strip().isdigit():
@@ -104,7 +107,7 @@ def connection_spec(
             )
         port = port_value
 
-    user = text(*pick("ansible_ssh_user", "ansible_user")) or _local_user()
+    user = text(*pick("ansible_user", "ansible_ssh_user")) or _local_user()
     key_file = text(*pick("ansible_private_key_file", "ansible_ssh_private_key_file"))
     become_key, become_value = pick("ansible_become")
     become = (

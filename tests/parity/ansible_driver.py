@@ -14,7 +14,8 @@ Reads a JSON request on stdin::
 
     {"jobs": [{"id": "...", "args": ["-i", "path", ...],
                "calls": [{"kind": "list"} | {"kind": "host", "host": "h"}
-                         | {"kind": "limits", "patterns": ["p", ...]}]}]}
+                         | {"kind": "limits", "patterns": ["p", ...]}
+                         | {"kind": "connections", "hosts": ["h", ...]}]}]}
 
 and writes ``{"results": {id: [{"rc": int, "stdout": str, "stderr": str}, ...]}}`` on stdout,
 one result per call in the order asked. The caller sets ``ANSIBLE_*`` in the environment so
@@ -127,6 +128,42 @@ def _limits(adhoc_cli, patterns: list[str]):
     return run
 
 
+# The options of the ssh connection plugin that say where and as whom a host is reached.
+CONNECTION_OPTIONS = ("host", "port", "remote_user", "private_key_file")
+
+
+def _connections(adhoc_cli, hosts: list[str]):
+    """For each host, on one load of the inventory, the options its ssh connection would get,
+    as ``TaskExecutor._set_connection_options`` gives them: every variable the ``ssh`` plugin
+    reads (its ``vars:`` aliases, the last one set winning), templated, handed to
+    ``set_options``; then ``get_option`` of ``CONNECTION_OPTIONS``, as JSON on stdout."""
+
+    def run(argv: list[str]) -> None:
+        from ansible import constants as C
+        from ansible.cli import CLI
+        from ansible.playbook.play_context import PlayContext
+        from ansible.plugins.loader import connection_loader
+        from ansible.template import Templar
+
+        cli = adhoc_cli(argv)
+        CLI.run(cli)
+        loader, inventory, variables = cli._play_prereqs()
+        connection_loader.get("ssh", PlayContext(), None)  # registers the plugin's options
+        names = C.config.get_plugin_vars("connection", "ssh")
+        answers = {}
+        for name in hosts:
+            hostvars = variables.get_vars(host=inventory.get_host(name), include_hostvars=False)
+            templar = Templar(loader=loader, variables=hostvars)
+            conn = connection_loader.get("ssh", PlayContext(), None)
+            given = {k: templar.template(hostvars[k]) for k in names if k in hostvars}
+            conn.set_options(var_options=given)
+            answers[name] = {o: conn.get_option(o) for o in CONNECTION_OPTIONS}
+        sys.stdout.write(json.dumps(answers, default=str))
+        raise SystemExit(0)
+
+    return run
+
+
 def _warm_up_before_forking() -> None:
     """What every call loads, loaded once here so that each fork finds it ready: the plugin
     loader with the inventory and vars plugins (finding them reads ansible.builtin's routing
@@ -163,6 +200,9 @@ def main() -> None:
             elif call["kind"] == "host":
                 argv = ["ansible-inventory", *args, "--host", call["host"]]
                 answers.append(_run_forked(InventoryCLI.cli_executor, argv))
+            elif call["kind"] == "connections":
+                argv = ["ansible", "all", *args, "--list-hosts"]
+                answers.append(_run_forked(_connections(AdHocCLI, call["hosts"]), argv))
             elif call["kind"] == "limits":
                 argv = ["ansible", "all", *args, "--list-hosts"]
                 answers.append(_run_forked(_limits(AdHocCLI, call["patterns"]), argv))

@@ -150,6 +150,18 @@ WRITTEN: dict[str, tuple[str, str, list[str]]] = {
         "        color: high\n      hosts:\n        h1:\n",
         ["low", "high[0]"],
     ),
+    "written/connection-aliases": (
+        "hosts.yml",
+        "all:\n  vars:\n    ansible_user: everyone\n    ansible_ssh_port: 2200\n"
+        "  hosts:\n    both:\n      ansible_host: 192.0.2.1\n      ansible_ssh_host: 192.0.2.2\n"
+        "      ansible_port: 2201\n      ansible_ssh_user: root\n"
+        "      ansible_private_key_file: /keys/a\n      ansible_ssh_private_key_file: /keys/b\n"
+        "    plain:\n      ansible_host: 192.0.2.3\n      ansible_port: 2203\n"
+        "    templated:\n      ansible_ssh_host: '{{ inventory_hostname }}.example.net'\n"
+        "  children:\n    g:\n      vars:\n        ansible_ssh_user: admin\n"
+        "      hosts:\n        plain:\n        last:\n          ansible_user: mine\n",
+        ["g", "both"],
+    ),
     "written/toml": (
         "hosts.toml",
         '[all.vars]\nregion = "eu"\n\n[gpu]\nhosts.gpu01 = { ansible_host = "10.0.0.1", n = 8 }\n'
@@ -254,6 +266,9 @@ class Reference:
     patterns: dict[str, dict[str, Any]] = field(default_factory=dict)
     # ansible's groups in its order: direct hosts (all's too) and children.
     structure: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    # the ssh connection plugin's options of each host (the first and the last of a large
+    # inventory; ansible_driver.py)
+    connections: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def orders(self, group: str) -> set[tuple[str, ...]] | None:
         """Every order ansible-core may list ``group``'s hosts in (tests/parity/ansible_order.py)."""
@@ -330,11 +345,14 @@ def reference(cases: dict[str, Case]) -> dict[str, Reference]:
         hosts = _host_names(listing)
         calls = [{"kind": "host", "host": h} for h in dict.fromkeys(hosts[:1] + hosts[-1:])]
         calls.append({"kind": "limits", "patterns": patterns_for(listing, case.extra_patterns)})
+        # every host of a small inventory, the first and the last of a large one
+        reached = hosts if len(hosts) <= 20 else list(dict.fromkeys(hosts[:1] + hosts[-1:]))
+        calls.append({"kind": "connections", "hosts": reached})
         args = ["-i", str(case.inventory), *case.ref_args]
         second.append({"id": case.id, "args": args, "calls": calls})
     for case_id, results in run_reference(second).items():
         ref = answers[case_id]
-        *host_results, limits = results
+        *host_results, limits, connections = results
         for call, result in zip(
             [c for job in second if job["id"] == case_id for c in job["calls"]],
             host_results,
@@ -346,6 +364,8 @@ def reference(cases: dict[str, Case]) -> dict[str, Reference]:
         batch = json.loads(limits["stdout"])
         ref.patterns = {a["pattern"]: a for a in batch["patterns"]}
         ref.structure = batch["groups"]
+        assert connections["rc"] == 0, connections["stderr"]
+        ref.connections = json.loads(connections["stdout"])
     return answers
 
 
@@ -543,6 +563,31 @@ def test_inventory_limit_shows_ansibles_selection(
     )
     assert result.exit_code == 0, result.output
     assert _in_an_order_of_all(ref, list(json.loads(result.output)["hosts"]), hosts)
+
+
+@pytest.mark.parametrize("case_id", COMPARED_IDS)
+def test_each_host_is_reached_where_ansibles_ssh_connection_goes(
+    case_id: str, cases: dict[str, Case], reference: dict[str, Reference]
+) -> None:
+    """The address, port, user and key ansible-core's ssh connection would use for each host
+    (the first and the last of an inventory of more than 20): where both a variable and its ``ansible_ssh_`` alias are set, the alias
+    (the ssh plugin's ``vars:`` list it last, and the last set wins), whatever layer each
+    comes from. A port or key ansible-core leaves unset is 22 or none; a user it leaves unset
+    is the controller's user, as OpenSSH's."""
+    case, ref = _case(cases, case_id), reference[case_id]
+    if ref.rc != 0:
+        pytest.skip("ansible-core rejects this inventory (checked for a rejection here too)")
+    inventory = load(case)
+    for host, theirs in ref.connections.items():
+        ours = inventory.connection(host)
+        key = theirs["private_key_file"]
+        assert (ours.address, ours.port, ours.private_key_file) == (
+            theirs["host"],
+            int(theirs["port"] or 22),
+            os.path.expanduser(key) if key else None,
+        ), host
+        if theirs["remote_user"] is not None:
+            assert ours.user == theirs["remote_user"], host
 
 
 @pytest.mark.parametrize("case_id", sorted(DELIBERATE))

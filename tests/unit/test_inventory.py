@@ -290,6 +290,29 @@ def test_connection_variables_are_read_with_their_ansible_names(tmp_path: Path) 
     assert spec.host_key_policy == "accept-new"
 
 
+def test_the_ansible_ssh_alias_wins_over_its_plain_name_from_any_layer(tmp_path: Path) -> None:
+    """As ansible-core's ssh connection reads them (its vars: list each ansible_ssh_ alias
+    after the plain name, the last set wins; tests/parity compares with ansible-core itself):
+    the alias wins where both are set, even from a lower layer than the plain name."""
+    text = """all:
+  vars:
+    ansible_ssh_port: 2200
+    ansible_ssh_user: admin
+  hosts:
+    gpu01:
+      ansible_host: 10.0.0.21
+      ansible_ssh_host: 10.0.0.22
+      ansible_port: 2201
+      ansible_user: deploy
+    gpu02:
+      ansible_host: 10.0.0.23
+"""
+    inv = load(write(tmp_path / "h.yml", text))
+    spec = inv.connection("gpu01")
+    assert (spec.address, spec.port, spec.user) == ("10.0.0.22", 2200, "admin")
+    assert inv.connection("gpu02").address == "10.0.0.23"
+
+
 def test_connection_variables_may_be_templates(tmp_path: Path) -> None:
     text = 'gpu:\n  vars:\n    ansible_host: "{{ inventory_hostname }}.mgmt.{{ site }}"\n'
     text += "    site: lab\n  hosts:\n    gpu01:\n"
