@@ -99,10 +99,11 @@ GPU_USERS = ("dcgm-exporter", "node-exporter", "nvidia-dcgm", "nvidia-persistenc
 def reset_script() -> str:
     """One shell script that returns a converged GPU host to its state before the first ``up``.
 
-    Stops and disables the units, unholds and purges every GPU package, "unloads" the simulated
-    kernel module (the lab's stand-in for ``rmmod nvidia``: its /proc/driver bind mount and
-    /run/gpusim state), removes the roles' files, users and groups, empties apt's lists and
-    package cache (the first ``up`` found none), and reloads systemd.
+    Stops and disables the units, unholds and purges every GPU package and the packages they
+    pulled in (``autoremove``), "unloads" the simulated kernel module (the lab's stand-in for
+    ``rmmod nvidia``: its /proc/driver bind mount and /run/gpusim state), removes the roles'
+    files, users and groups, empties apt's lists and package cache (the first ``up`` found
+    none), and reloads systemd.
     """
     units = " ".join(GPU_UNITS)
     paths = " ".join(shlex.quote(p) for p in GPU_PATHS)
@@ -117,6 +118,8 @@ def reset_script() -> str:
         'if [ -n "$pkgs" ]; then apt-mark unhold $pkgs >/dev/null'
         " && apt-get -y -q -o DPkg::Lock::Timeout=300 purge $pkgs >/dev/null"
         " || exit 20; fi",
+        # and what they pulled in (libnuma1 with DCGM): else the next cold run finds it installed
+        "apt-get -y -q -o DPkg::Lock::Timeout=300 autoremove --purge >/dev/null || exit 24",
         "if findmnt -n /proc/driver >/dev/null 2>&1; then umount /proc/driver || exit 21; fi",
         "rm -rf /run/gpusim",
         f"rm -rf {paths} {wants}",
