@@ -113,7 +113,16 @@ def connection_spec(
     become = (
         _as_bool(become_value, become_key, origins.get(become_key, "")) if become_key else False
     )
-    become_user = text(*pick("ansible_become_user")) or "root"
+    # the sudo become plugin's vars: ansible_become_user, then its ansible_sudo_user alias
+    become_user = text(*pick("ansible_become_user", "ansible_sudo_user")) or "root"
+    method_key, method = pick("ansible_become_method")
+    if become and method_key is not None and method != "sudo":
+        raise _var_error(
+            f"become method {method!r} is not supported: gpumon-deploy becomes another user with "
+            "'sudo -n' only (give the user passwordless sudo, or connect as root)",
+            method_key,
+            origins.get(method_key),
+        )
     known_hosts = text(*pick("gpumon_known_hosts_file")) or DEFAULT_KNOWN_HOSTS
     policy_key, policy = pick("gpumon_host_key_policy")
     if policy_key is None:
@@ -197,6 +206,8 @@ _CONNECTION_VARS = (
     "ansible_private_key_file",
     "ansible_become",
     "ansible_become_user",
+    "ansible_sudo_user",
+    "ansible_become_method",
     "gpumon_known_hosts_file",
     "gpumon_host_key_policy",
 )

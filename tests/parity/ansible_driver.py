@@ -136,13 +136,16 @@ def _connections(adhoc_cli, hosts: list[str]):
     """For each host, on one load of the inventory, the options its ssh connection would get,
     as ``TaskExecutor._set_connection_options`` gives them: every variable the ``ssh`` plugin
     reads (its ``vars:`` aliases, the last one set winning), templated, handed to
-    ``set_options``; then ``get_option`` of ``CONNECTION_OPTIONS``, as JSON on stdout."""
+    ``set_options``; then ``get_option`` of ``CONNECTION_OPTIONS``; and ``become``
+    (``ansible_become``) and the ``sudo`` become plugin's ``become_user``, read the same way; as
+    JSON on stdout."""
 
     def run(argv: list[str]) -> None:
         from ansible import constants as C
         from ansible.cli import CLI
+        from ansible.module_utils.parsing.convert_bool import boolean
         from ansible.playbook.play_context import PlayContext
-        from ansible.plugins.loader import connection_loader
+        from ansible.plugins.loader import become_loader, connection_loader
         from ansible.template import Templar
 
         cli = adhoc_cli(argv)
@@ -150,6 +153,8 @@ def _connections(adhoc_cli, hosts: list[str]):
         loader, inventory, variables = cli._play_prereqs()
         connection_loader.get("ssh", PlayContext(), None)  # registers the plugin's options
         names = C.config.get_plugin_vars("connection", "ssh")
+        become_loader.get("sudo")
+        become_names = C.config.get_plugin_vars("become", "sudo")
         answers = {}
         for name in hosts:
             hostvars = variables.get_vars(host=inventory.get_host(name), include_hostvars=False)
@@ -158,6 +163,17 @@ def _connections(adhoc_cli, hosts: list[str]):
             given = {k: templar.template(hostvars[k]) for k in names if k in hostvars}
             conn.set_options(var_options=given)
             answers[name] = {o: conn.get_option(o) for o in CONNECTION_OPTIONS}
+            # become: the play context's (ansible_become), the sudo plugin's user (its vars)
+            sudo = become_loader.get("sudo")
+            sudo.set_options(
+                var_options={
+                    k: templar.template(hostvars[k]) for k in become_names if k in hostvars
+                }
+            )
+            answers[name]["become"] = boolean(
+                templar.template(hostvars.get("ansible_become", False))
+            )
+            answers[name]["become_user"] = sudo.get_option("become_user")
         sys.stdout.write(json.dumps(answers, default=str))
         raise SystemExit(0)
 

@@ -159,7 +159,9 @@ WRITTEN: dict[str, tuple[str, str, list[str]]] = {
         "    plain:\n      ansible_host: 192.0.2.3\n      ansible_port: 2203\n"
         "    templated:\n      ansible_ssh_host: '{{ inventory_hostname }}.example.net'\n"
         "  children:\n    g:\n      vars:\n        ansible_ssh_user: admin\n"
-        "      hosts:\n        plain:\n        last:\n          ansible_user: mine\n",
+        "      hosts:\n        plain:\n        last:\n          ansible_user: mine\n"
+        "          ansible_become: 'yes'\n          ansible_become_user: ops\n"
+        "          ansible_sudo_user: gpu-admin\n          ansible_become_method: sudo\n",
         ["g", "both"],
     ),
     "written/toml": (
@@ -573,7 +575,8 @@ def test_each_host_is_reached_where_ansibles_ssh_connection_goes(
     (the first and the last of an inventory of more than 20): where both a variable and its ``ansible_ssh_`` alias are set, the alias
     (the ssh plugin's ``vars:`` list it last, and the last set wins), whatever layer each
     comes from. A port or key ansible-core leaves unset is 22 or none; a user it leaves unset
-    is the controller's user, as OpenSSH's."""
+    is the controller's user, as OpenSSH's. Become and the user become: ``ansible_become``, and
+    the sudo plugin's ``become_user`` (``ansible_sudo_user`` over ``ansible_become_user``)."""
     case, ref = _case(cases, case_id), reference[case_id]
     if ref.rc != 0:
         pytest.skip("ansible-core rejects this inventory (checked for a rejection here too)")
@@ -588,6 +591,7 @@ def test_each_host_is_reached_where_ansibles_ssh_connection_goes(
         ), host
         if theirs["remote_user"] is not None:
             assert ours.user == theirs["remote_user"], host
+        assert (ours.become, ours.become_user) == (theirs["become"], theirs["become_user"]), host
 
 
 @pytest.mark.parametrize("case_id", sorted(DELIBERATE))

@@ -349,6 +349,22 @@ def test_undefined_variable_in_a_connection_template_is_refused(tmp_path: Path) 
     assert (caught.value.key, caught.value.line) == ("ansible_host", 4)
 
 
+def test_a_become_method_other_than_sudo_is_refused_by_key_and_line(tmp_path: Path) -> None:
+    """Become is ``sudo -n``: an inventory asking for su (or doas, pbrun...) is refused before
+    any host is contacted, not run with sudo behind its back; unused (no become) it is left."""
+    text = (
+        "gpu:\n  vars:\n    ansible_become_method: su\n  hosts:\n"
+        "    gpu01:\n      ansible_become: true\n    gpu02:\n"
+    )
+    with pytest.raises(InputError, match="become method 'su' is not supported") as caught:
+        load(write(tmp_path / "h.yml", text))
+    assert (caught.value.key, caught.value.line) == ("ansible_become_method", 3)
+    quiet = load(write(tmp_path / "q.yml", text.replace("ansible_become: true", "x: 1")))
+    assert quiet.connection("gpu01").become is False
+    sudo = load(write(tmp_path / "s.yml", text.replace(": su", ": sudo")))
+    assert sudo.connection("gpu01").become is True
+
+
 def test_hosts_sharing_their_connection_settings_each_get_their_own_address(
     tmp_path: Path,
 ) -> None:
