@@ -92,6 +92,8 @@ class StoreExpectation:
     view_url: str = ""
     gpus: dict[str, int] = field(default_factory=dict)
     clusters: set[str] = field(default_factory=set)
+    # cluster -> its GPU nodes (a cluster all of whose nodes a rollout has away is pending)
+    cluster_nodes: dict[str, set[str]] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)  # store credentials (never shown)
     scrape_interval: str = ""
     shard_label: str = "shard"  # the replicas' external label of their shard
@@ -153,7 +155,9 @@ def expect(variables_of: VariablesOf) -> StoreExpectation:
             exp.gpus[node] = int(hv["gpu_count"])
         # The GPU series' cluster: the target label when the host has one, else the replicas'
         # external label (external labels never replace a series' own label).
-        exp.clusters.add(str(hv.get("cluster") or first["prometheus_cluster"]))
+        cluster = str(hv.get("cluster") or first["prometheus_cluster"])
+        exp.clusters.add(cluster)
+        exp.cluster_nodes.setdefault(cluster, set()).add(node)
     exp.view, exp.view_url = _global_view(first, store_vars, variables_of("thanos_query"))
     return exp
 
@@ -476,6 +480,18 @@ def check_global_view(exp: StoreExpectation, fetch: Fetch) -> list[Check]:
         return [*checks, Check.of(comp, name, "every cluster", False, err)]
     have = {s["metric"].get("cluster", "") for s in clusters or []}
     missing = sorted(exp.clusters - have)
+    away = exp.out_of_service
+    if missing and all(
+        exp.cluster_nodes.get(c) and exp.cluster_nodes[c] <= away.keys() for c in missing
+    ):
+        # every GPU node of each missing cluster is out of service in a driven rollout
+        detail = "; ".join(
+            f"missing: {c} (" + ", ".join(f"{n} {away[n]}" for n in sorted(exp.cluster_nodes[c]))
+            + ")"
+            for c in missing
+        )  # fmt: skip
+        checks.append(Check(comp, name, "every cluster", PENDING, detail))
+        return checks
     checks.append(
         Check.of(
             comp,

@@ -234,6 +234,35 @@ def test_a_missing_gpu_and_a_missing_cluster_fail():
     assert got[("global view", "victoriametrics", "every cluster")].detail == "missing: dc2"
 
 
+@pytest.mark.parametrize(
+    ("away", "state", "said"),
+    [
+        ({"gpu03": ROLLOUT}, "pending", f"missing: dc2 (gpu03 {ROLLOUT})"),
+        # dc2 has another node the rollout does not have: that one should report
+        ({"gpu03": ROLLOUT, "gpu01": ROLLOUT}, "failed", "missing: dc2"),
+        ({}, "failed", "missing: dc2"),
+    ],
+    ids=["every-node-of-it-out-of-service", "a-node-of-it-not", "no-rollout"],
+)
+def test_a_cluster_missing_only_because_a_rollout_has_all_its_nodes_away_is_pending(
+    away, state, said
+):
+    """A rollout of a cluster of one GPU host (or of a whole small cluster, --batch-size) takes
+    the cluster's every series away while its hosts reboot."""
+    both = vector(
+        ({"node": "gpu01", "UUID": "GPU-a"}, "1"),
+        ({"node": "gpu01", "UUID": "GPU-b"}, "1"),
+        ({"node": "gpu02", "UUID": "GPU-c"}, "1"),
+    )
+    fetch = healthy_stack(
+        **{f"10.0.0.5:8428/api/v1/query?{ss.per_gpu_query('shard')}": Response(200, both)}
+    )
+    nodes = {"lab": {"gpu01"}, "dc2": {"gpu02", "gpu03"} if "gpu01" in away else {"gpu03"}}
+    exp = expectation(clusters={"lab", "dc2"}, cluster_nodes=nodes, out_of_service=away)
+    row = by_check(ss.collect(exp, fetch))[("global view", "victoriametrics", "every cluster")]
+    assert (row.state, row.detail) == (state, said)
+
+
 def test_store_requests_carry_its_credentials_and_no_detail_shows_them():
     fetch = healthy_stack(**{"10.0.0.5:8428/health": Response(0, error="no answer from x")})
     checks = ss.collect(expectation(), fetch)
@@ -327,6 +356,7 @@ def test_expectation_from_the_roles_variables():
     assert exp.gpus == {"gpu01": 2, "gpu02": 1}
     # gpu02 has no cluster host var: its series carry the replicas' external label
     assert exp.clusters == {"c1", "pair"}
+    assert exp.cluster_nodes == {"c1": {"gpu01"}, "pair": {"gpu02"}}
     assert (exp.view, exp.view_url) == ("victoriametrics", "http://10.0.0.5:8428")
     assert exp.headers == {}
     assert exp.backups == {"mon01": 5400}
