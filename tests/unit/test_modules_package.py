@@ -138,12 +138,33 @@ def test_host_without_apt_or_dnf_is_a_read_error() -> None:
         observe({"name": "a"}, "manager=none\n")
 
 
-def test_read_script_detects_the_manager_and_queries_each_package() -> None:
+def test_read_script_detects_the_manager_and_queries_every_package_at_once() -> None:
+    """dpkg-query parses dpkg's whole status file each time it runs: one run for the task."""
     m = Package()
     script = m.read_script(m.validate({"name": ["curl", "jq"]}))
     assert "command -v dpkg-query" in script and "command -v dnf" in script
-    assert "for p in curl jq; do" in script
-    assert "dpkg-query -W -f='${Status}|${Version}'" in script
+    assert script.count("dpkg-query -W") == 1 and "-- curl jq 2>/dev/null || true" in script
+
+
+@pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="needs dpkg (Debian)")
+def test_the_read_of_real_dpkg_finds_installed_absent_and_arch_qualified_packages() -> None:
+    """On this machine's own dpkg database: one installed package at its version, one dpkg
+    never heard of (absent, and the read still succeeds), one named with its architecture."""
+    from deployer.connection import LocalConnection
+
+    arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True)
+    version = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", "dpkg"], capture_output=True, text=True
+    ).stdout
+    names = ["dpkg", "gpumon-no-such-package", f"libc6:{arch.stdout.strip()}"]
+    m = Package()
+    args = m.validate({"name": names, "version": version})
+    read = LocalConnection().run(m.read_script(args))
+    assert read.rc == 0, read
+    actual = m.observe(args, read).actual
+    assert (actual["dpkg.state"], actual["dpkg.version"]) == ("present", version)
+    assert actual["gpumon-no-such-package.state"] == "absent"
+    assert actual[f"{names[2]}.state"] == "present"
 
 
 def test_forced_manager_skips_detection() -> None:
