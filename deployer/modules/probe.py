@@ -6,7 +6,7 @@ processes per path. In a batch of reads (deployer/hostsession.py) every probe of
 answered by one ``stat`` and one ``sha256sum`` for all their paths (``batch_script``), run before
 the batch's other reads, and each probe's output is rebuilt on the controller
 (``split_answers``) exactly as the probe prints it alone: a no-op of the node_exporter role read
-its eight files with two processes instead of fifteen (bench/README.md).
+its nine paths with two processes instead of fifteen (bench/README.md).
 
 A ``FileProbe`` is the ``str`` of its stand-alone script, and so is a ``SectionedRead`` (a read of
 ``@name`` sections, some of them probes: a repository's keyring and source, a unit's files beside

@@ -91,7 +91,6 @@ class StoreExpectation:
     view: str = "none"  # victoriametrics | thanos | none
     view_url: str = ""
     gpus: dict[str, int] = field(default_factory=dict)
-    clusters: set[str] = field(default_factory=set)
     # cluster -> its GPU nodes (a cluster all of whose nodes a rollout has away is pending)
     cluster_nodes: dict[str, set[str]] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)  # store credentials (never shown)
@@ -101,6 +100,11 @@ class StoreExpectation:
     # GPU node -> why, for the hosts a driven rollout has out of service (status fills it each
     # round: deployer/monitoring/rollouts.py ``out_of_service_now``)
     out_of_service: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def clusters(self) -> set[str]:
+        """The clusters the GPU series carry (``count by (cluster)`` must show each)."""
+        return set(self.cluster_nodes)
 
     @property
     def active(self) -> bool:
@@ -156,7 +160,6 @@ def expect(variables_of: VariablesOf) -> StoreExpectation:
         # The GPU series' cluster: the target label when the host has one, else the replicas'
         # external label (external labels never replace a series' own label).
         cluster = str(hv.get("cluster") or first["prometheus_cluster"])
-        exp.clusters.add(cluster)
         exp.cluster_nodes.setdefault(cluster, set()).add(node)
     exp.view, exp.view_url = _global_view(first, store_vars, variables_of("thanos_query"))
     return exp

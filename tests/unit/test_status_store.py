@@ -28,7 +28,7 @@ def expectation(**over: Any) -> ss.StoreExpectation:
         view="victoriametrics",
         view_url="http://10.0.0.5:8428",
         gpus={"gpu01": 2, "gpu02": 1},
-        clusters={"lab"},
+        cluster_nodes={"lab": {"gpu01", "gpu02"}},
         headers=dict(AUTH),
         scrape_interval="15s",
     )
@@ -229,7 +229,9 @@ def test_a_missing_gpu_and_a_missing_cluster_fail():
             f"10.0.0.5:8428/api/v1/query?{ss.per_gpu_query('shard')}": Response(200, one_less),
         }
     )
-    got = by_check(ss.collect(expectation(clusters={"lab", "dc2"}), fetch))
+    got = by_check(
+        ss.collect(expectation(cluster_nodes={"lab": {"gpu01", "gpu02"}, "dc2": {"gpu03"}}), fetch)
+    )
     assert got[("global view", "victoriametrics", "every GPU once")].detail == "gpu01 1/2"
     assert got[("global view", "victoriametrics", "every cluster")].detail == "missing: dc2"
 
@@ -258,7 +260,7 @@ def test_a_cluster_missing_only_because_a_rollout_has_all_its_nodes_away_is_pend
         **{f"10.0.0.5:8428/api/v1/query?{ss.per_gpu_query('shard')}": Response(200, both)}
     )
     nodes = {"lab": {"gpu01"}, "dc2": {"gpu02", "gpu03"} if "gpu01" in away else {"gpu03"}}
-    exp = expectation(clusters={"lab", "dc2"}, cluster_nodes=nodes, out_of_service=away)
+    exp = expectation(cluster_nodes=nodes, out_of_service=away)
     row = by_check(ss.collect(exp, fetch))[("global view", "victoriametrics", "every cluster")]
     assert (row.state, row.detail) == (state, said)
 
