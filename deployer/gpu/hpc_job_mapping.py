@@ -48,6 +48,8 @@ DIR_KEY = "dcgm_exporter_hpc_job_mapping_dir"
 PROLOG_KEY = "dcgm_exporter_slurm_prolog_dir"
 EPILOG_KEY = "dcgm_exporter_slurm_epilog_dir"
 HOOK_KEY = "dcgm_exporter_slurm_hook_name"
+# Every variable plan() reads.
+VARS = (KEY, DIR_KEY, PROLOG_KEY, EPILOG_KEY, HOOK_KEY)
 
 
 def _bad(host: str, variables: Mapping[str, Any], key: str, message: str) -> InputError:

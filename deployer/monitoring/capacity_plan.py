@@ -1,7 +1,8 @@
 """``gpumon-deploy capacity``: the capacity of the inventory's Prometheus tier, from the variables
 ``up`` resolves (the first replica's, as ``status`` reads them) and each GPU host's collectors CSV
-as the dcgm_exporter role renders it (``gpu_plan.exporter_csv`` / ``exporter_csv_mig``, for the
-exporter version the host's plan resolves). Touches no host: the facts are stand-ins, so a GPU
+as the dcgm_exporter role renders it (``exporter_csv`` / ``exporter_csv_mig`` of its
+``gpu_plan``, for the exporter version the host's plan resolves; ``gpu_plan.exporter_plans``
+plans each distinct combination of the variables they depend on once). Touches no host: the facts are stand-ins, so a GPU
 count the inventory does not declare is one GPU (said in the output's warnings).
 
 The figures and their sources: deployer/monitoring/capacity.py and README "Capacity planning".
@@ -10,21 +11,32 @@ The figures and their sources: deployer/monitoring/capacity.py and README "Capac
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from deployer.errors import InputError
 from deployer.monitoring import capacity
 
+if TYPE_CHECKING:
+    from deployer.session import DeploySession
+
 
 def load(inventory: Path, extra_vars: list[str] | None = None) -> capacity.Capacity:
     """The inventory's capacity figures (``InputError`` on bad input, naming the key)."""
-    from deployer.gpu import gpu_plan
-    from deployer.hostpattern import NoHostsMatched, select
-    from deployer.session import DeploySession, RunOptions, validation_facts
+    from deployer.session import DeploySession, RunOptions
 
     session = DeploySession.load(
         RunOptions(inventory=inventory, extra_vars=list(extra_vars or [])), plan=False
     )
+    return of_session(session)
+
+
+def of_session(session: DeploySession) -> capacity.Capacity:
+    """The capacity figures of a loaded session's inventory (as :func:`load`)."""
+    from deployer.gpu import gpu_plan
+    from deployer.hostpattern import NoHostsMatched, select
+    from deployer.session import validation_facts
+
+    inventory = session.options.inventory
     planner = session.load_content()
     play = next((p for p in session.site_plays if "prometheus" in p.roles), None)
     if play is None:
@@ -43,16 +55,14 @@ def load(inventory: Path, extra_vars: list[str] | None = None) -> capacity.Capac
     from deployer.monitoring import file_sd
 
     warnings: list[str] = []
+    gpu_hosts = file_sd.every_gpu_host(v)  # every shard's: the tier is sized whole and per shard
+    plans = gpu_plan.exporter_plans((h, session.driver_choice(h).variables) for h in gpu_hosts)
     exporters: dict[str, capacity.GpuExporter] = {}
-    for h in file_sd.every_gpu_host(v):  # every shard's: the tier is sized whole and per shard
-        plan: dict[str, Any] = gpu_plan.template_plan(
-            h, session.driver_choice(h).variables, None, None
-        )
+    for h in gpu_hosts:
+        plan = plans[h]
         if session.inventory.host(h).vars.get("gpu_count") is None:
-            warnings.append(f"{h}: no gpu_count in the inventory; counted as {plan['gpu_count']}")
-        exporters[h] = capacity.GpuExporter(
-            plan["exporter_csv"], plan["exporter_csv_mig"], int(plan["gpu_count"] or 0)
-        )
+            warnings.append(f"{h}: no gpu_count in the inventory; counted as {plan.gpu_count}")
+        exporters[h] = capacity.GpuExporter(plan.csv, plan.csv_mig, plan.gpu_count)
     from deployer.monitoring import handoff
 
     # Sized as the layout will run once converged: a shard layout record ``up`` would refuse
