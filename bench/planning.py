@@ -269,34 +269,19 @@ def measure_one(n: int, workdir: Path, layout: str = "racks") -> dict[str, Any]:
     }
 
 
-def _exporters(variables: dict[str, Any] | Any) -> dict[str, Any]:
-    """Every GPU host's exporter, as the synthetic fleet runs it: 4.4.2-4.7.1 with the default
-    field groups."""
-    from deployer import dcgm_fields
-    from deployer.monitoring import capacity, file_sd
+def _session(path: Path) -> Any:
+    """The inventory loaded as ``gpumon-deploy capacity`` loads it (no host planned)."""
+    from deployer.session import DeploySession, RunOptions
 
-    csv = dcgm_fields.render_csv(dcgm_fields.DEFAULT_GROUPS, exporter_tag="4.4.2-4.7.1")
-    hostvars = variables["hostvars"]
-    return {
-        h: capacity.GpuExporter(csv, csv, int(hostvars[h]["gpu_count"]))
-        for h in file_sd.every_gpu_host(variables)
-    }
+    return DeploySession.load(RunOptions(inventory=path), plan=False)
 
 
 def recommend_shards(n: int, workdir: Path) -> dict[str, Any]:
-    """What the capacity computation recommends for ``n`` GPU hosts under one pair (untimed:
+    """What ``gpumon-deploy capacity`` recommends for ``n`` GPU hosts under one pair (untimed:
     the measured run is the sharded tier it recommends)."""
-    from deployer.inventory import load_inventory
-    from deployer.monitoring import capacity
-    from deployer.plan import Planner
-    from deployer.roles import Play
-    from deployer.session import validation_facts
+    from deployer.monitoring import capacity_plan
 
-    planner = Planner(load_inventory(inventory_path(n, workdir, "racks")), [REPO / "roles"],
-                      REPO / "templates")  # fmt: skip
-    play = Play(name="prometheus", hosts="prometheus", roles=("prometheus",))
-    v = planner.host_vars("prom01", play, {"facts": validation_facts("prom01").to_json()})
-    result = capacity.from_vars(v, _exporters(v))
+    result = capacity_plan.of_session(_session(inventory_path(n, workdir, "racks")))
     return {
         "recommended_shards": result.recommended_shards,
         "series_per_replica_unsharded": result.per_replica.series,
@@ -307,13 +292,12 @@ def recommend_shards(n: int, workdir: Path) -> dict[str, Any]:
 
 def measure_capacity_shards(n: int, workdir: Path, k: int) -> dict[str, Any]:
     """``n`` GPU hosts and ``k`` HA pairs (the shards the capacity computation recommends), in
-    this process: the inventory loaded, the capacity of the sharded tier computed, then every
-    replica planned as ``up`` plans it (its own variables) and its dcgm and node targets files
-    rendered, as the prometheus role renders them (``--capacity-shards N``)."""
-    from deployer import memory
-    from deployer.inventory import load_inventory
-    from deployer.monitoring import capacity, file_sd, shards
-    from deployer.plan import Planner
+    this process: the inventory loaded, the capacity of the sharded tier computed as ``gpumon-deploy
+    capacity`` computes it (every GPU host's exporter planned from its variables, the tier sized
+    whole and per shard), then every replica planned as ``up`` plans it (its own variables) and
+    its dcgm and node targets files rendered, as the prometheus role renders them
+    (``--capacity-shards N``)."""
+    from deployer.monitoring import capacity_plan, file_sd, shards
     from deployer.roles import Play
     from deployer.session import validation_facts
 
@@ -331,21 +315,16 @@ def measure_capacity_shards(n: int, workdir: Path, k: int) -> dict[str, Any]:
         }
         clock[:] = [time.perf_counter(), time.process_time()]
 
-    inventory = load_inventory(path)
-    memory.keep_for_the_run()
+    session = _session(path)  # the inventory, kept for the run (memory.keep_for_the_run)
     stage("inventory_load")
-    planner = Planner(inventory, [REPO / "roles"], REPO / "templates")
+    result = capacity_plan.of_session(session)
+    stage("capacity")
+    planner = session.load_content()
     play = Play(name="prometheus", hosts="prometheus", roles=("prometheus",))
     replicas = [replica_name(s, r) for s in range(k) for r in range(2)]
-
-    def replica_vars(r: str) -> Any:
-        return planner.host_vars(r, play, {"facts": validation_facts(r).to_json()})
-
-    result = capacity.from_vars(replica_vars(replicas[0]), _exporters(replica_vars(replicas[0])))
-    stage("capacity")
     sizes, per_shard = [], []
     for r in replicas:
-        v = replica_vars(r)
+        v = planner.host_vars(r, play, {"facts": validation_facts(r).to_json()})
         sizes.append(sum(len(file_sd.targets_file(v, job)) for job in shards.SHARDED_JOBS))
         if r.endswith("a"):
             per_shard.append(len(file_sd.job_members(v, "dcgm")))
