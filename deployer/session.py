@@ -161,6 +161,7 @@ class DeploySession:
         self.not_judged: list[str] = []
         # Hosts of one rollout batch plan in parallel threads: one at a time through the planner.
         self._planning = threading.Lock()
+        self._gpu_roles: tuple[str, ...] | None = None
 
     @classmethod
     def load(
@@ -545,10 +546,13 @@ class DeploySession:
 
     def gpu_roles(self) -> tuple[str, ...]:
         """The GPU roles the site applies, in site order: the scope of a GPU host's plan (every
-        one of them reads ``gpu_plan``, so their defaults together feed it)."""
-        self.load_content()
-        found = [r for play in self.site_plays for r in play.roles if r in preflight.GPU_ROLES]
-        return tuple(dict.fromkeys(found))
+        one of them reads ``gpu_plan``, so their defaults together feed it). Read once per
+        session (the site is loaded once): every GPU host's variables ask for it."""
+        if self._gpu_roles is None:
+            self.load_content()
+            found = [r for play in self.site_plays for r in play.roles if r in preflight.GPU_ROLES]
+            self._gpu_roles = tuple(dict.fromkeys(found))
+        return self._gpu_roles
 
     def host_variables(self, host: str, overrides: Mapping[str, Any] = EMPTY) -> Mapping[str, Any]:
         """A GPU host's variables in the scope of the GPU roles (``Planner.variables``: the one
