@@ -31,7 +31,7 @@ from deployer.report import write_json
 from deployer.results import RunReport
 from deployer.rollout.options import RolloutOptions
 from deployer.secrets import mask_text
-from deployer.session import DeploySession, RunOptions
+from deployer.session import INVENTORY_WARNINGS, DeploySession, RunOptions
 from deployer.tls import material as tls_material
 from deployer.tls import rotation
 
@@ -133,13 +133,30 @@ def output_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+def _say_once() -> Callable[[str], None]:
+    """Says each inventory warning on stderr, masked, once per command (``up`` may load twice)."""
+    said: set[str] = set()
+
+    def say(text: str) -> None:
+        if text not in said:
+            said.add(text)
+            click.echo(f"WARNING {mask_text(text)}", err=True)
+
+    return say
+
+
 def input_errors_exit_2(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Bad input: its error and exit status 2. The inventory's warnings: on stderr."""
+
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        said = INVENTORY_WARNINGS.set(_say_once())
         try:
             return f(*args, **kwargs)
         except InputError as exc:
             _fail_input(exc)
+        finally:
+            INVENTORY_WARNINGS.reset(said)
 
     return wrapper
 
@@ -251,15 +268,8 @@ def up(
     sys.exit(report.exit_code)
 
 
-def _up_passes(
-    options: RunOptions,
-    whole: bool,
-    check_mode: bool,
-    diff: bool,
-    forks: int,
-    out_of_service: bool,
-    allow_ha_degraded: bool,
-) -> list[RunReport]:
+def _up_passes(options: RunOptions, whole: bool, check_mode: bool, diff: bool, forks: int,
+               out_of_service: bool, allow_ha_degraded: bool) -> list[RunReport]:  # fmt: skip
     """``up``'s passes: one, or one per step of a rotation or re-shard under way."""
     reports = []
     # A rotation of gpumon_tls' credential or CA (deployer/tls/rotation.py) takes one pass per
@@ -625,16 +635,8 @@ _ROLLOUT = RolloutOptions()  # upgrade-driver's defaults, shown by --help (defin
 @click.option("--check", "check_mode", is_flag=True, help="Print the plan; change nothing.")
 @output_option
 @input_errors_exit_2
-def upgrade_driver(
-    inventory: Path,
-    limit: str | None,
-    extra_vars: tuple[str, ...],
-    to: str | None,
-    resume: str | None,
-    check_mode: bool,
-    output: str,
-    **choices: Any,
-) -> None:
+def upgrade_driver(inventory: Path, limit: str | None, extra_vars: tuple[str, ...], to: str | None,
+                   resume: str | None, check_mode: bool, output: str, **choices: Any) -> None:  # fmt: skip
     """Rolling NVIDIA driver upgrade: canary, batches, drain, silences, validation, resume."""
     from deployer.rollout.command import UpgradeRequest
     from deployer.rollout.command import upgrade_driver as run_upgrade
@@ -663,14 +665,8 @@ def upgrade_driver(
 @click.option("--yes", is_flag=True, help="Replace the store's data without asking.")
 @click.option("--check", "check_mode", is_flag=True, help="Print the steps; change nothing.")
 @input_errors_exit_2
-def restore(
-    inventory: Path,
-    extra_vars: tuple[str, ...],
-    host: str | None,
-    source: str | None,
-    yes: bool,
-    check_mode: bool,
-) -> None:
+def restore(inventory: Path, extra_vars: tuple[str, ...], host: str | None, source: str | None,
+            yes: bool, check_mode: bool) -> None:  # fmt: skip
     """Restore a long-term store (VictoriaMetrics) from its vmbackup in the S3 bucket: stop it,
     vmrestore, start it; the replicas' WAL refills the time it was down."""
     from deployer import restore as restore_mod  # imported by the command that uses it

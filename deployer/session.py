@@ -16,6 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,13 @@ from deployer.tls import continuity, material
 
 # The rule of a refusal for a host trusting a CA its controller directory does not hold.
 TLS_DIR_UNKNOWN = "tls-dir-unknown"
+
+# Where a loaded inventory's warnings are said (a group_vars/ file that names no group, a host
+# that is also a group, an SSH alias the monitoring tier does not read): every command of the CLI
+# says them on stderr (deployer/cli.py); a caller that sets nothing reads ``inventory.warnings``.
+INVENTORY_WARNINGS: ContextVar[Callable[[str], None] | None] = ContextVar(
+    "inventory_warnings", default=None
+)
 
 
 @dataclass
@@ -179,6 +187,10 @@ class DeploySession:
         # The inventory lives as long as the run: the cyclic GC need not scan it again and again
         # while every host's variables are built (see bench/README.md, "Planning").
         memory.keep_for_the_run()
+        say = INVENTORY_WARNINGS.get()
+        if say is not None:
+            for text in inventory.warnings:
+                say(text)
         hosts = [h.name for h in select(inventory, options.limit)]
         session = cls(options, inventory, hosts, plays)
         if plan:

@@ -564,7 +564,7 @@ def test_inventory_limit_shows_ansibles_selection(
         cli, ["inventory", "-i", str(case.inventory), "--limit", pattern, "--output", "json"]
     )
     assert result.exit_code == 0, result.output
-    assert _in_an_order_of_all(ref, list(json.loads(result.output)["hosts"]), hosts)
+    assert _in_an_order_of_all(ref, list(json.loads(result.stdout)["hosts"]), hosts)
 
 
 @pytest.mark.parametrize("case_id", COMPARED_IDS)

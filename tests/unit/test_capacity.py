@@ -35,7 +35,7 @@ def capacity_json(tmp_path: Path, text: str = INVENTORY, *extra: str) -> dict:
         cli, ["capacity", "-i", str(tmp_path / "inv.yml"), "--output", "json", *extra]
     )
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 def scraped_metric_names(text: str) -> set[str]:

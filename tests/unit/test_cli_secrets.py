@@ -73,7 +73,7 @@ def test_inventory_json_masks_in_place_and_keeps_the_structure(tmp_path):
     result = invoke(
         "inventory", "-i", str(tmp_path / "inv.yml"), "--host", "m1", "--output", "json"
     )
-    (receiver,) = json.loads(result.output)["vars"]["alertmanager_receivers"]
+    (receiver,) = json.loads(result.stdout)["vars"]["alertmanager_receivers"]
     assert receiver["slack_configs"] == [{"api_url": "********", "channel": "#gpu"}]
     assert receiver["webhook_configs"] == [{"url": "********"}]
     assert receiver["pagerduty_configs"] == [{"routing_key": "********"}]

@@ -210,7 +210,7 @@ def test_check_notes_a_driver_kept_from_a_rollout_and_passes(tmp_path, monkeypat
     fleet(monkeypatch, record=record_json(), installed="580.126.20", loaded="580.126.20")
     result = CliRunner().invoke(cli, ["check", "-i", str(inv), "--output", "json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["ok"] is True and "keeps driver 580.126.20" in data["notes"]["g1"]
 
 

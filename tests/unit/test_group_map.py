@@ -126,7 +126,7 @@ def test_the_group_flag_maps_for_one_run(tmp_path):
         cli, ["inventory", "-i", str(path), "--output", "json", "--group", "gpu=slurm-node"]
     )
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["groups"]["gpu"]["children"] == ["slurm-node"]
     assert data["hosts"]["gpu01"]["groups"] == ["gpu", "slurm-node"]
 

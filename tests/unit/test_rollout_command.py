@@ -149,7 +149,7 @@ def test_the_matrix_check_and_facts_fail_a_host_whose_facts_could_not_be_read(
         cli, ["check", "-i", str(inv), "--out-of-service", "--output", "json"]
     )
     assert check.exit_code == 1, check.output
-    shown = json.loads(check.output)
+    shown = json.loads(check.stdout)
     assert not shown["ok"] and shown["facts_unread"] == {"g2": SUDO}
     assert shown["unreachable"] == {}
     facts = CliRunner().invoke(cli, ["facts", "-i", str(inv)])
