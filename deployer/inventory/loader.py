@@ -183,6 +183,7 @@ def _load_inventory(
     templated_groups: dict[Membership, bool] = {}
     extra_templated = has_connection_template(extra)
     hosts: list[Host] = []
+    elsewhere: list[tuple[str, str, str]] = []  # (host, where SSH goes, where it is scraped)
     for name, draft_host in draft.hosts.items():
         for found in (_secrets_in(draft_host.inline_vars), _secrets_in(draft_host.file_vars)):
             if found:
@@ -220,6 +221,12 @@ def _load_inventory(
         same_as = None if templated or own else membership
         connection = specs.spec(name, rendered, origins, same_as)
         hosts.append(Host(name, membership.ordered, variables, connection, origins))
+        if rendered.get("ansible_ssh_host") is not None:
+            scraped = str(rendered.get("ansible_host", name))
+            if scraped != connection.address:
+                elsewhere.append((name, connection.address, scraped))
+    if elsewhere:
+        warnings_.append(_monitored_elsewhere(elsewhere))
 
     return Inventory(
         sources=[str(f) for f in files],
@@ -229,4 +236,17 @@ def _load_inventory(
         secrets=secrets,
         warnings_=warnings_,
         declared_in_all=declared_in_all,
+    )
+
+
+def _monitored_elsewhere(hosts: list[tuple[str, str, str]]) -> str:
+    """The warning for hosts that SSH reaches at ``ansible_ssh_host`` (which wins, as in
+    ansible-core) and the monitoring tier at another address: it reads ``ansible_host``, else
+    the name, as Ansible roles write it (targets, peers, certificates' names, status)."""
+    shown = "; ".join(f"{h}: SSH to {ssh}, scraped at {scraped}" for h, ssh, scraped in hosts[:3])
+    more = f" and {len(hosts) - 3} more" if len(hosts) > 3 else ""
+    return (
+        f"{len(hosts)} host(s) set ansible_ssh_host, which SSH uses, while the monitoring tier "
+        f"addresses a host by ansible_host, else its name ({shown}{more}): set ansible_host to "
+        "the address Prometheus and the peers should use"
     )

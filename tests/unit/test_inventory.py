@@ -239,6 +239,29 @@ def test_group_vars_for_a_group_not_in_the_inventory_is_a_warning() -> None:
     assert "nfs_server" not in inv.host("gpu01").vars
 
 
+def test_a_host_ssh_reaches_at_ansible_ssh_host_but_the_monitoring_tier_would_not_is_warned(
+    tmp_path: Path,
+) -> None:
+    # SSH goes to ansible_ssh_host (it wins, as in ansible-core); targets and peers read
+    # ansible_host, else the name, as Ansible roles write them.
+    inv = load(
+        write(
+            tmp_path / "hosts.yml",
+            "gpu:\n  hosts:\n"
+            "    old01: {ansible_ssh_host: 10.0.0.1}\n"
+            "    both02: {ansible_ssh_host: 10.0.0.2, ansible_host: 10.0.0.2}\n"
+            "    mgmt03: {ansible_ssh_host: 10.9.0.3, ansible_host: 10.0.0.3}\n"
+            "    plain04: {ansible_host: 10.0.0.4}\n",
+        )
+    )
+    assert inv.connection("old01").address == "10.0.0.1"
+    [warning] = [w for w in inv.warnings if "ansible_ssh_host" in w]
+    assert "2 host(s)" in warning
+    assert "old01: SSH to 10.0.0.1, scraped at old01" in warning
+    assert "mgmt03: SSH to 10.9.0.3, scraped at 10.0.0.3" in warning
+    assert "both02" not in warning and "plain04" not in warning
+
+
 def test_group_vars_beside_an_inventory_file_are_read(tmp_path: Path) -> None:
     write(tmp_path / "group_vars" / "gpu.yml", "gpu_model: B200\n")
     inv = load(write(tmp_path / "hosts.yml", "gpu:\n  hosts:\n    gpu01:\n"))
@@ -538,7 +561,7 @@ def test_inventory_command_with_a_limit_shows_the_selected_hosts_only(tmp_path: 
         cli, ["inventory", "-i", str(path), "--limit", "gpu[1]:prom01", "--output", "json"]
     )
     assert result.exit_code == 0, result.output
-    view = json.loads(result.output)
+    view = json.loads(result.stdout)
     # In all's order, as ansible-inventory --list --limit: prom (top level) before rack's gpu.
     assert list(view["hosts"]) == ["prom01", "gpu02"]
     assert view["groups"]["gpu"]["hosts"] == ["gpu02"]
