@@ -184,6 +184,10 @@ def _load_inventory(
     extra_templated = has_connection_template(extra)
     hosts: list[Host] = []
     elsewhere: list[tuple[str, str, str]] = []  # (host, where SSH goes, where it is scraped)
+    # Ansible's password variables, which gpumon-deploy does not use: what each host sets.
+    not_used: dict[str, list[str]] = {}
+    sets_password: dict[Membership, bool] = {}
+    extra_sets_password = not _PASSWORD_VAR_NAMES.isdisjoint(extra)
     for name, draft_host in draft.hosts.items():
         for found in (_secrets_in(draft_host.inline_vars), _secrets_in(draft_host.file_vars)):
             if found:
@@ -221,12 +225,28 @@ def _load_inventory(
         same_as = None if templated or own else membership
         connection = specs.spec(name, rendered, origins, same_as)
         hosts.append(Host(name, membership.ordered, variables, connection, origins))
+        # Judged on the merged variables (a host may set one back to null) only where a layer
+        # sets one: the groups' once per membership, the host's own few.
+        in_groups = sets_password.get(membership)
+        if in_groups is None:
+            in_groups = sets_password[membership] = extra_sets_password or not (
+                _PASSWORD_VAR_NAMES.isdisjoint(membership.variables)
+            )
+        if (
+            in_groups
+            or not _PASSWORD_VAR_NAMES.isdisjoint(draft_host.inline_vars)
+            or not _PASSWORD_VAR_NAMES.isdisjoint(draft_host.file_vars)
+        ):
+            for what in _unused_auth(variables):
+                if what != "become" or connection.become:
+                    not_used.setdefault(what, []).append(name)
         if rendered.get("ansible_ssh_host") is not None:
             scraped = str(rendered.get("ansible_host", name))
             if scraped != connection.address:
                 elsewhere.append((name, connection.address, scraped))
     if elsewhere:
         warnings_.append(_monitored_elsewhere(elsewhere))
+    warnings_ += [_not_used(what, names) for what, names in not_used.items()]
 
     return Inventory(
         sources=[str(f) for f in files],
@@ -250,3 +270,32 @@ def _monitored_elsewhere(hosts: list[tuple[str, str, str]]) -> str:
         f"addresses a host by ansible_host, else its name ({shown}{more}): set ansible_host to "
         "the address Prometheus and the peers should use"
     )
+
+
+# Ansible's password variables (its ssh connection plugin's password and private key passphrase,
+# its sudo plugin's password): gpumon-deploy logs in with keys (a key file or the SSH agent) and
+# becomes with ``sudo -n``, so none is read. Each kind is warned about once, naming its hosts.
+_PASSWORD_VARS = {
+    "password": ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password"),
+    "passphrase": ("ansible_private_key_passphrase", "ansible_ssh_private_key_passphrase"),
+    "become": ("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass"),
+}
+_PASSWORD_VAR_NAMES = frozenset(k for keys in _PASSWORD_VARS.values() for k in keys)
+_INSTEAD = {
+    "password": "it does not log in with a password: give the user an SSH key "
+    "(ansible_ssh_private_key_file, or the SSH agent)",
+    "passphrase": "it does not unlock a key with a passphrase: load the key into the SSH agent",
+    "become": "it becomes with 'sudo -n', which needs passwordless sudo for the user",
+}
+
+
+def _unused_auth(values: Mapping[str, Any]) -> list[str]:
+    """The kinds of password variable ``values`` set (to something other than null)."""
+    return [w for w, keys in _PASSWORD_VARS.items() if any(values.get(k) is not None for k in keys)]
+
+
+def _not_used(what: str, hosts: list[str]) -> str:
+    shown = ", ".join(hosts[:3]) + (f" and {len(hosts) - 3} more" if len(hosts) > 3 else "")
+    keys = " / ".join(_PASSWORD_VARS[what])
+    who = "host(s) that become" if what == "become" else "host(s)"
+    return f"{len(hosts)} {who} set {keys}, which gpumon-deploy does not read ({shown}): {_INSTEAD[what]}"

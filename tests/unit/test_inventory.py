@@ -262,6 +262,36 @@ def test_a_host_ssh_reaches_at_ansible_ssh_host_but_the_monitoring_tier_would_no
     assert "both02" not in warning and "plain04" not in warning
 
 
+def test_ansibles_password_variables_are_warned_about_by_name_never_by_value(
+    tmp_path: Path,
+) -> None:
+    # Keys only (a key file or the SSH agent) and `sudo -n`: none of them is read.
+    write(tmp_path / "group_vars" / "lab.yml", "ansible_ssh_pass: hunter2-ssh\n")
+    inv = load(
+        write(
+            tmp_path / "hosts.yml",
+            "lab:\n  hosts:\n"
+            "    l1: {}\n"
+            "    l2: {ansible_ssh_pass: null}\n"  # set back to unset for this host
+            "gpu:\n  hosts:\n"
+            "    g1: {ansible_become: true, ansible_become_password: hunter2-sudo}\n"
+            "    g2: {ansible_become_pass: hunter2-sudo}\n"  # does not become: nothing to say
+            "    g3: {ansible_private_key_passphrase: hunter2-key}\n",
+        )
+    )
+    said = [w for w in inv.warnings if "does not read" in w]
+    assert len(said) == 3
+    [password] = [w for w in said if "ansible_password" in w]
+    [become] = [w for w in said if "ansible_become_password" in w]
+    [passphrase] = [w for w in said if "passphrase" in w]
+    assert password.startswith("1 host(s) set ansible_password / ansible_ssh_pass")
+    assert "(l1)" in password and "SSH key" in password
+    assert become.startswith("1 host(s) that become set ansible_become_password")
+    assert "(g1)" in become and "passwordless sudo" in become
+    assert "(g3)" in passphrase and "SSH agent" in passphrase
+    assert not any("hunter2" in w for w in inv.warnings)
+
+
 def test_group_vars_beside_an_inventory_file_are_read(tmp_path: Path) -> None:
     write(tmp_path / "group_vars" / "gpu.yml", "gpu_model: B200\n")
     inv = load(write(tmp_path / "hosts.yml", "gpu:\n  hosts:\n    gpu01:\n"))
