@@ -18,6 +18,7 @@ instead.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +82,35 @@ def run_info(run_id: str, root: Path | None = None, locks: Path = PROC_LOCKS) ->
         stop_reason=data.get("stop_reason"),
         inventory=data.get("inventory"),
         hosts=hosts,
+    )
+
+
+def take_over_refusal(
+    run_id: str, take_over: Collection[str] = (), root: Path | None = None, locks: Path = PROC_LOCKS
+) -> str | None:
+    """Why a new run may not take over a node run ``run_id`` left drained, or None when it may:
+    that run's record is on this controller and no controller drives it (it died mid-run), or
+    the operator named it (``--take-over``). A run this controller has no record of may be under
+    way from another controller (the run lock and the records are per controller): taking its
+    node over would run two rollouts on one host."""
+    if run_id in take_over:
+        return None
+    run = run_info(run_id, root, locks)
+    if run.found and run.error is None and not run.driven:
+        return None
+    if run.driven:
+        said = f"which a controller drives now (its record: {run.where})"
+    elif run.found:
+        said = f"whose record here cannot be read ({run.error})"
+    else:
+        said = (
+            "which this controller has no record of: it may be under way from another "
+            "controller (each controller knows only its own runs)"
+        )
+    return (
+        f"upgrade-driver run {run_id}, {said}. Let that run finish; if it is dead for good (its "
+        f"controller gone), start this one with --take-over {run_id} to upgrade and resume the "
+        "hosts it left"
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -83,9 +84,18 @@ class BeforeRun:
     drained_by_others: set[str]
 
 
-def _already_out(pre: Preflight, hook: DrainHook, opener) -> BeforeRun:
+def _already_out(
+    pre: Preflight,
+    hook: DrainHook,
+    opener,
+    state_dir: Path | None = None,
+    take_over: Collection[str] = (),
+) -> BeforeRun:
     """Read every selected node's scheduler state once, before the run (errors here are input
-    errors: nothing is touched yet)."""
+    errors: nothing is touched yet). A node an earlier run drained is taken over only when that
+    run is known to be dead: its record is on this controller and no controller drives it, or
+    ``take_over`` (``--take-over``) names it; otherwise it may be another controller's run
+    under way on it, and the run is refused (:func:`_earlier_run_owner`)."""
     before = BeforeRun({h: f"unreachable: {why}" for h, why in pre.unreachable.items()}, set())
     conn = None
     try:
@@ -111,14 +121,25 @@ def _already_out(pre: Preflight, hook: DrainHook, opener) -> BeforeRun:
                 before.out[h] = f"drained before the run ({hook.kind}){why}"
                 before.drained_by_others.add(h)
             elif who == drain.EARLIER_RUN:
+                run_id = drain.reason_run(state.reason) or ""
+                _earlier_run_owner(h, node, run_id, state_dir, take_over)
                 before.out[h] = (
-                    f"drained by run {drain.reason_run(state.reason)}, which did not finish: "
-                    "this run takes it over"
+                    f"drained by run {run_id}, which did not finish: this run takes it over"
                 )
     finally:
         if conn is not None:
             conn.close()
     return before
+
+
+def _earlier_run_owner(
+    host: str, node: str, run_id: str, state_dir: Path | None, take_over: Collection[str]
+) -> None:
+    """Refuse (an input error) a node drained by run ``run_id`` unless this run may take it
+    over (``rollouts.take_over_refusal``)."""
+    said = rollouts.take_over_refusal(run_id, take_over, state_dir)
+    if said is not None:
+        raise InputError(f"{host}: node {node!r} is drained by {said}", key="--take-over")
 
 
 # Drain hooks whose drain keeps no owner (deployer/rollout/drain.py): a new run cannot tell a
@@ -155,7 +176,7 @@ def _new_record(
     todo = [h for h in hosts if not pre.hosts[h].up_to_date]
     options = options.for_hosts(len(pre.session.hosts))
     batches = plan_batches(todo, options.canary, options.batch_size_hosts or 1)
-    before = _already_out(pre, hook, opener)
+    before = _already_out(pre, hook, opener, req.state_dir, options.take_over)
     t = pre.target
     record = RunRecord(
         run_id=new_run_id(t.version),

@@ -29,6 +29,7 @@ from deployer.connection import CommandResult, Connection, LocalConnection
 from deployer.errors import HostUnreachable
 from deployer.gpu.driver_record import DriverRecord, write_command
 from deployer.hostaccess import HostAccess, Interrupted, pause
+from deployer.monitoring import rollouts
 from deployer.monitoring import tier as monitoring_tier
 from deployer.monitoring.http import Fetch, http_fetch
 from deployer.monitoring.silences import SilenceError, Silences, host_matchers, silence_payload
@@ -333,6 +334,14 @@ class Rollout:
         if state is None:
             return
         who = drain.owner(state, self.record.run_id)
+        if who == drain.EARLIER_RUN:
+            # drained by a run that may be alive (another controller's, since the preflight):
+            # failed here, the node left as it is, never taken over
+            said = rollouts.take_over_refusal(
+                drain.reason_run(state.reason) or "", self.options.take_over, self.store.dir.parent
+            )
+            if said is not None:
+                raise StepFailed(f"node {node!r} is drained by {said}")
         if rec.was_drained is None:
             with self._lock:
                 rec.was_drained = who in (drain.SOMEONE_ELSE, drain.UNKNOWN)

@@ -35,6 +35,9 @@ class RolloutOptions:
     reboot: str = "auto"
     silence_minutes: int = 120
     diag_level: int = 2
+    # Runs this controller has no record of whose drained nodes this run may take over (their
+    # controller is gone): deployer/rollout/command.py, _earlier_run_owner.
+    take_over: tuple[str, ...] = ()
     # The amounts in hosts, resolved once against the run's hosts (``for_hosts``).
     batch_size_hosts: int | None = None
     max_unavailable_hosts: int | None = None
@@ -75,6 +78,7 @@ class RolloutOptions:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["extra_vars"] = tuple(values.get("extra_vars") or ())
+        values["take_over"] = tuple(values.get("take_over") or ())
         return cls(**values)
 
 

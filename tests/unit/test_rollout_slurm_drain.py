@@ -5,6 +5,11 @@ touched further and goes back to the scheduler as the run found it."""
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
+import json
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -25,7 +30,7 @@ from deployer.rollout.drain import (
     reason_run,
     run_reason,
 )
-from deployer.rollout.state import FAILED
+from deployer.rollout.state import FAILED, LOCK_FILE, STATE_FILE
 from tests.unit.slurmfake import FakeSlurm
 from tests.unit.test_rollout_steps import rollout
 
@@ -118,15 +123,46 @@ def test_a_resumed_run_does_not_overwrite_an_administrator_s_later_drain(tmp_pat
     assert r.record.hosts["g1"].drained_by_run is False
 
 
+def dead_run(root: Path, run_id: str = "R0") -> Path:
+    """The record a controller left of a run it no longer drives (killed mid-run)."""
+    (root / run_id).mkdir(parents=True)
+    (root / run_id / STATE_FILE).write_text(
+        json.dumps({"run_id": run_id, "status": "running", "inventory": "/inv", "hosts": {}})
+    )
+    return root / run_id
+
+
 def test_a_drain_left_by_an_unfinished_run_is_taken_over_and_resumed(tmp_path):
     slurm = FakeSlurm("g1")
     slurm.admin_drain("g1", EARLIER)
+    dead_run(tmp_path / "runs")
     r = rollout(tmp_path, drain_conn=slurm)
     r._step_draining("g1")
     assert slurm.nodes["g1"].reason == OURS
     r._step_undraining("g1")
     assert slurm.nodes["g1"].state == "idle"
     assert any("run R0, which did not finish" in n for n in r.record.hosts["g1"].notes)
+
+
+def test_a_drain_by_a_run_this_controller_does_not_know_fails_the_host_and_is_left(tmp_path):
+    # Drained since the preflight by a run with no record here: another controller's, perhaps
+    # under way. The host fails at draining; the node stays as that run left it.
+    slurm = FakeSlurm("g1")
+    slurm.admin_drain("g1", EARLIER)
+    r = rollout(tmp_path, drain_conn=slurm)
+    with pytest.raises(StepFailed, match="run R0, which this controller has no record of"):
+        r._step_draining("g1")
+    r._release("g1")
+    assert slurm.nodes["g1"].reason == EARLIER and slurm.scontrol() == []
+
+
+def test_a_drain_by_a_run_the_operator_names_dead_is_taken_over(tmp_path):
+    slurm = FakeSlurm("g1")
+    slurm.admin_drain("g1", EARLIER)
+    r = rollout(tmp_path, drain_conn=slurm)
+    r.record.options = dataclasses.replace(r.options, take_over=("R0",))
+    r._step_draining("g1")
+    assert slurm.nodes["g1"].reason == OURS
 
 
 def test_a_node_drained_at_the_start_but_resumed_since_is_drained_before_it_changes(tmp_path):
@@ -200,12 +236,38 @@ def test_the_preflight_refuses_a_host_slurm_does_not_know_before_touching_anythi
     assert slurm.scontrol() == []
 
 
-def test_the_preflight_tells_an_administrator_drain_from_an_unfinished_run_s():
+def test_the_preflight_tells_an_administrator_drain_from_an_unfinished_run_s(tmp_path):
     slurm = FakeSlurm("g1", "g2", "g3")
     slurm.admin_drain("g1", "bad DIMM")
     slurm.admin_drain("g2", EARLIER)
-    before = _already_out(_preflight("g1", "g2", "g3"), SlurmDrain(), lambda: slurm)
+    dead_run(tmp_path)
+    before = _already_out(_preflight("g1", "g2", "g3"), SlurmDrain(), lambda: slurm, tmp_path)
     assert before.drained_by_others == {"g1"}
     assert before.out["g1"] == "drained before the run (slurm) (drained: 'bad DIMM')"
     assert "run R0, which did not finish: this run takes it over" in before.out["g2"]
     assert "g3" not in before.out
+
+
+def test_the_preflight_refuses_a_node_of_a_run_that_may_be_alive_before_touching_anything(
+    tmp_path,
+):
+    slurm = FakeSlurm("g1", "g2")
+    slurm.admin_drain("g2", EARLIER)
+    # no record of R0 here: another controller may be driving it
+    with pytest.raises(InputError, match="g2: node 'g2' is drained by upgrade-driver run R0, "
+                       "which this controller has no record of") as err:  # fmt: skip
+        _already_out(_preflight("g1", "g2"), SlurmDrain(), lambda: slurm, tmp_path)
+    assert err.value.key == "--take-over" and "--take-over R0" in str(err.value)
+    # a record of R0 whose controller holds its lock: it is under way here
+    run_dir = dead_run(tmp_path)
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(InputError, match="which a controller drives now"):
+            _already_out(_preflight("g1", "g2"), SlurmDrain(), lambda: slurm, tmp_path)
+        # named by the operator: taken over all the same (they say it is dead)
+        before = _already_out(_preflight("g2"), SlurmDrain(), lambda: slurm, tmp_path, ("R0",))
+        assert "this run takes it over" in before.out["g2"]
+    finally:
+        os.close(fd)
+    assert slurm.scontrol() == []
