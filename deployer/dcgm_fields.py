@@ -487,7 +487,7 @@ def render_csv(
     ``mig_enabled`` adds the ``mig_utilization`` group.
 
     A pure function of its arguments, rendered once per distinct set of them: every GPU host of
-    a fleet asks for one of a few CSVs (two per host planned, 0.4 ms each, were a fifth of
+    a fleet asks for one of a few CSVs (two per host planned, 0.2 ms each, were about a quarter of
     planning 100,000 hosts' exporters: bench/README.md)."""
     key = (tuple(groups), tuple(extra), exporter_tag, bool(mig_enabled))
     try:
