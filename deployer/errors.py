@@ -46,6 +46,13 @@ class InputError(Exception):
         return f"{where}{key}{mask_text(self.message)}"
 
 
+class RefusedOnRead(InputError):
+    """Bad input found once hosts were read, read-only (their facts, a scheduler's node
+    states): nothing was written, and the CLI says the hosts were only read."""
+
+    hosts_read = True
+
+
 class PlanRefused(InputError):
     """A version plan that the compatibility matrix refuses (exit 2, nothing touched)."""
 

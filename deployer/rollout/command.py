@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from deployer.connection import Connection, LocalConnection
-from deployer.errors import InputError
+from deployer.errors import InputError, RefusedOnRead
 from deployer.monitoring import rollouts
 from deployer.monitoring import tier as monitoring_tier
 from deployer.monitoring.silences import host_matchers
@@ -110,7 +110,7 @@ def _already_out(
                 state = hook.parse_state(node, result.rc, result.stdout, result.stderr)
             except DrainStateError as exc:
                 key = drain.NODE_NAME_VARS.get(hook.kind, "--drain")
-                raise InputError(
+                raise RefusedOnRead(
                     f"{h}: the {hook.kind} drain hook cannot read node {node!r} on the drain "
                     f"host: {exc}",
                     key=key if result.rc == 0 else "--drain",
@@ -139,7 +139,7 @@ def _earlier_run_owner(
     over (``rollouts.take_over_refusal``)."""
     said = rollouts.take_over_refusal(run_id, take_over, state_dir)
     if said is not None:
-        raise InputError(f"{host}: node {node!r} is drained by {said}", key="--take-over")
+        raise RefusedOnRead(f"{host}: node {node!r} is drained by {said}", key="--take-over")
 
 
 # Drain hooks whose drain keeps no owner (deployer/rollout/drain.py): a new run cannot tell a

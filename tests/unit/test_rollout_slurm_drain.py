@@ -258,6 +258,7 @@ def test_the_preflight_refuses_a_node_of_a_run_that_may_be_alive_before_touching
                        "which this controller has no record of") as err:  # fmt: skip
         _already_out(_preflight("g1", "g2"), SlurmDrain(), lambda: slurm, tmp_path)
     assert err.value.key == "--take-over" and "--take-over R0" in str(err.value)
+    assert err.value.hosts_read  # the CLI says: nothing changed, the hosts only read
     # a record of R0 whose controller holds its lock: it is under way here
     run_dir = dead_run(tmp_path)
     fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
