@@ -263,13 +263,19 @@ def _monitored_elsewhere(hosts: list[tuple[str, str, str]]) -> str:
     """The warning for hosts that SSH reaches at ``ansible_ssh_host`` (which wins, as in
     ansible-core) and the monitoring tier at another address: it reads ``ansible_host``, else
     the name, as Ansible roles write it (targets, peers, certificates' names, status)."""
-    shown = "; ".join(f"{h}: SSH to {ssh}, scraped at {scraped}" for h, ssh, scraped in hosts[:3])
-    more = f" and {len(hosts) - 3} more" if len(hosts) > 3 else ""
+    shown = _first_few(
+        [f"{h}: SSH to {ssh}, scraped at {scraped}" for h, ssh, scraped in hosts], "; "
+    )
     return (
         f"{len(hosts)} host(s) set ansible_ssh_host, which SSH uses, while the monitoring tier "
-        f"addresses a host by ansible_host, else its name ({shown}{more}): set ansible_host to "
+        f"addresses a host by ansible_host, else its name ({shown}): set ansible_host to "
         "the address Prometheus and the peers should use"
     )
+
+
+def _first_few(items: list[str], sep: str) -> str:
+    """The first three of ``items`` and how many more: a warning names a few of many hosts."""
+    return sep.join(items[:3]) + (f" and {len(items) - 3} more" if len(items) > 3 else "")
 
 
 # Ansible's password variables (its ssh connection plugin's password and private key passphrase,
@@ -295,7 +301,7 @@ def _unused_auth(values: Mapping[str, Any]) -> list[str]:
 
 
 def _not_used(what: str, hosts: list[str]) -> str:
-    shown = ", ".join(hosts[:3]) + (f" and {len(hosts) - 3} more" if len(hosts) > 3 else "")
+    shown = _first_few(hosts, ", ")
     keys = " / ".join(_PASSWORD_VARS[what])
     who = "host(s) that become" if what == "become" else "host(s)"
     return f"{len(hosts)} {who} set {keys}, which gpumon-deploy does not read ({shown}): {_INSTEAD[what]}"
