@@ -632,7 +632,7 @@ _ROLLOUT = RolloutOptions()  # upgrade-driver's defaults, shown by --help (defin
 @click.option(
     "--resume", default=None, metavar="RUN", help="Continue an interrupted run (id or directory)."
 )
-@click.option("--take-over", "take_over", multiple=True, metavar="RUN", callback=lambda c, p, v: tuple(v),
+@click.option("--take-over", "take_over", multiple=True, metavar="RUN",
               help="Take over the nodes a dead run of another controller left drained.")  # fmt: skip
 @click.option("--check", "check_mode", is_flag=True, help="Print the plan; change nothing.")
 @output_option
