@@ -64,7 +64,6 @@ Inventory variables read (through :func:`csv_from_vars`):
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -484,25 +483,7 @@ def render_csv(
 ) -> str:
     """The CSV for ``groups`` (in the order given, each field once) plus ``extra`` fields, with
     only names ``exporter_tag`` accepts (a field it cannot collect is left out, saying so);
-    ``mig_enabled`` adds the ``mig_utilization`` group.
-
-    A pure function of its arguments, rendered once per distinct set of them: every GPU host of
-    a fleet asks for one of a few CSVs (two per host planned, 0.2 ms each, were about a quarter of
-    planning 100,000 hosts' exporters: bench/README.md)."""
-    key = (tuple(groups), tuple(extra), exporter_tag, bool(mig_enabled))
-    try:
-        hash(key)
-    except TypeError:  # a field with an unhashable value: rendered alone
-        return _render_csv(*key)
-    return _render_csv_once(*key)
-
-
-def _render_csv(
-    groups: Sequence[str],
-    extra: Iterable[Field],
-    exporter_tag: str | None,
-    mig_enabled: bool,
-) -> str:
+    ``mig_enabled`` adds the ``mig_utilization`` group."""
     if exporter_tag is not None:
         _order(exporter_tag)
     if mig_enabled and "mig_utilization" not in groups:
@@ -528,9 +509,6 @@ def _render_csv(
         for f in extra:
             lines.append(f"{f.metric}, {f.type}, {f.help}\n")
     return "".join(lines)
-
-
-_render_csv_once = functools.lru_cache(maxsize=256)(_render_csv)
 
 
 def _groups(value: Any) -> list[str]:

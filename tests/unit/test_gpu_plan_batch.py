@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from deployer import dcgm_fields
 from deployer.errors import InputError
 from deployer.gpu import gpu_plan
 from deployer.unsafe import mark_unsafe
@@ -124,12 +123,3 @@ def test_the_first_host_with_a_bad_value_raises_as_it_would_alone():
     bad_job_map = {**H100, "dcgm_exporter_hpc_job_mapping": "pbs"}
     with pytest.raises(InputError, match="host g02:"):
         gpu_plan.exporter_plans([("g01", H100), ("g02", bad_job_map), ("g03", bad_job_map)])
-
-
-def test_a_csv_is_rendered_once_for_equal_arguments_and_is_the_same_text():
-    groups = ["upstream", "profiling"]
-    first = dcgm_fields.render_csv(groups, (), "4.4.2-4.7.1", True)
-    again = dcgm_fields.render_csv(tuple(groups), [], "4.4.2-4.7.1", True)
-    assert again is first
-    assert first == dcgm_fields._render_csv(tuple(groups), (), "4.4.2-4.7.1", True)
-    assert dcgm_fields.render_csv(groups, (), "4.4.2-4.7.1", False) != first
