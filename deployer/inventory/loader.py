@@ -183,7 +183,7 @@ def _load_inventory(
     templated_groups: dict[Membership, bool] = {}
     extra_templated = has_connection_template(extra)
     hosts: list[Host] = []
-    elsewhere: list[tuple[str, str, str]] = []  # (host, where SSH goes, where it is scraped)
+    elsewhere: list[tuple[str, str, str]] = []  # (host, where SSH goes, the tier's address)
     # Ansible's password variables, which gpumon-deploy does not use: what each host sets.
     not_used: dict[str, list[str]] = {}
     sets_password: dict[Membership, bool] = {}
@@ -241,9 +241,9 @@ def _load_inventory(
                 if what != "become" or connection.become:
                     not_used.setdefault(what, []).append(name)
         if rendered.get("ansible_ssh_host") is not None:
-            scraped = str(rendered.get("ansible_host", name))
-            if scraped != connection.address:
-                elsewhere.append((name, connection.address, scraped))
+            addressed = str(rendered.get("ansible_host", name))
+            if addressed != connection.address:
+                elsewhere.append((name, connection.address, addressed))
     if elsewhere:
         warnings_.append(_monitored_elsewhere(elsewhere))
     warnings_ += [_not_used(what, names) for what, names in not_used.items()]
@@ -264,7 +264,7 @@ def _monitored_elsewhere(hosts: list[tuple[str, str, str]]) -> str:
     ansible-core) and the monitoring tier at another address: it reads ``ansible_host``, else
     the name, as Ansible roles write it (targets, peers, certificates' names, status)."""
     shown = _first_few(
-        [f"{h}: SSH to {ssh}, scraped at {scraped}" for h, ssh, scraped in hosts], "; "
+        [f"{h}: SSH to {ssh}, the monitoring tier to {tier}" for h, ssh, tier in hosts], "; "
     )
     return (
         f"{len(hosts)} host(s) set ansible_ssh_host, which SSH uses, while the monitoring tier "

@@ -32,7 +32,7 @@ def test_each_inventory_warning_is_said_on_stderr_and_stdout_stays_the_output(tm
     warnings = [line for line in result.stderr.splitlines() if line.startswith("WARNING ")]
     assert len(warnings) == 2
     assert any("group_vars/gpu_nodes: no group 'gpu_nodes' in the inventory" in w for w in warnings)
-    assert any("gpu01: SSH to 10.0.0.1, scraped at gpu01" in w for w in warnings)
+    assert any("gpu01: SSH to 10.0.0.1, the monitoring tier to gpu01" in w for w in warnings)
 
 
 def test_a_command_that_loads_the_inventory_again_says_each_warning_once(capsys):

@@ -257,8 +257,8 @@ def test_a_host_ssh_reaches_at_ansible_ssh_host_but_the_monitoring_tier_would_no
     assert inv.connection("old01").address == "10.0.0.1"
     [warning] = [w for w in inv.warnings if "ansible_ssh_host" in w]
     assert "2 host(s)" in warning
-    assert "old01: SSH to 10.0.0.1, scraped at old01" in warning
-    assert "mgmt03: SSH to 10.9.0.3, scraped at 10.0.0.3" in warning
+    assert "old01: SSH to 10.0.0.1, the monitoring tier to old01" in warning
+    assert "mgmt03: SSH to 10.9.0.3, the monitoring tier to 10.0.0.3" in warning
     assert "both02" not in warning and "plain04" not in warning
 
 
