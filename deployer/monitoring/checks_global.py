@@ -12,7 +12,9 @@ evaluation, then the global pair's federate scrape and its own evaluation. A dif
 global replica or a shard replica started within ``SETTLE_S``, or while one of the replica's
 federate targets is pending, is pending; ``status --wait`` waits it out. So is a shortfall no
 larger than the GPUs of the hosts a driven rollout has out of service (their exporters stopped
-or rebooting: deployer/monitoring/rollouts.py ``out_of_service_now``), naming them.
+or rebooting: deployer/monitoring/rollouts.py ``out_of_service_now``), naming them, in each
+shard: the global pair's view of each shard (:func:`shard_query`) is held to that shard's own
+nodes, so a rollout's hosts in one shard never cover GPUs another shard lost.
 """
 
 from __future__ import annotations
@@ -30,6 +32,21 @@ CHECK = "every GPU once"
 SETTLE_S = 150.0
 
 
+def shard_query(job: str, shard_label: str, replica_label: str) -> str:
+    """Each shard's GPUs as the global pair receives them: the shards' ``cluster_model:gpus:count``
+    taken once per shard as the global rules take it (global-federation.yml.j2's ``once``), not
+    added up over the shards."""
+    return (
+        f"sum by ({shard_label}) (max without (instance, node, {replica_label}) "
+        f'(cluster_model:gpus:count{{job="{job}"}}))'
+    )
+
+
+def shard_counts(answer: list[dict[str, Any]], shard_label: str) -> dict[str, float]:
+    """Shard -> GPUs, from the vector :func:`shard_query` answers."""
+    return {str(s["metric"].get(shard_label, "")): float(s["value"][1]) for s in answer}
+
+
 def global_gpu_check(
     host: str,
     answer: list[dict[str, Any]] | str | None,
@@ -37,12 +54,16 @@ def global_gpu_check(
     federate_states: Iterable[str],
     young: bool,
     out_of_service: Mapping[str, str] | None = None,
+    by_shard: Mapping[str, float] | None = None,
+    node_shards: Mapping[str, str] | None = None,
 ) -> Check | None:
     """``answer``: the replica's vector for :data:`QUERY` (an error text; None: not asked, its
     ready row says why); ``counts``: GPU node -> the GPUs it is held to (None: unknown, that
     node's own row fails); ``federate_states``: the states of the replica's federate targets;
     ``young``: a global or shard replica started within ``SETTLE_S``; ``out_of_service``: GPU
-    node -> why, for the hosts a driven rollout has out of service."""
+    node -> why, for the hosts a driven rollout has out of service; ``by_shard``: the replica's
+    GPUs per shard (:func:`shard_counts`; None: a tier of one pair, or not read) and
+    ``node_shards``: node -> the shard that scrapes it."""
     if answer is None:
         return None
     if isinstance(answer, str):
@@ -63,14 +84,45 @@ def global_gpu_check(
         detail = f"{RECORD} counts {have:g} of {want:g} GPUs (a shard missing from the view)"
     else:
         detail = f"{RECORD} counts {have:g} of {want:g} GPUs (a GPU counted twice)"
+    away = {n: why for n, why in (out_of_service or {}).items() if counts.get(n)}
+    short = _shards_short(counts, away, by_shard, node_shards) if have < want else []
+    if short:
+        detail += f": {'; '.join(short)}"
     states = set(federate_states)
     settling = young or PENDING in states
     if settling:
         why = "replicas just started" if young else "a federate target not scraped yet"
         return Check("prometheus", host, CHECK, PENDING, f"{detail}; {why}")
-    away = {n: why for n, why in (out_of_service or {}).items() if counts.get(n)}
-    if away and want - sum(counts[n] or 0 for n in away) <= have < want:
+    if away and not short and want - sum(counts[n] or 0 for n in away) <= have < want:
         named = "; ".join(f"{n} {why}" for n, why in sorted(away.items()))
         counted = f"{RECORD} counts {have:g} of {want:g} GPUs" if answer else f"no {RECORD}"
         return Check("prometheus", host, CHECK, PENDING, f"{counted}: {named}")
     return Check("prometheus", host, CHECK, FAILED, detail)
+
+
+def _shards_short(
+    counts: Mapping[str, int | None],
+    away: Mapping[str, str],
+    by_shard: Mapping[str, float] | None,
+    node_shards: Mapping[str, str] | None,
+) -> list[str]:
+    """The shards the global pair counts fewer GPUs of than their nodes hold, beyond the GPUs
+    of their own nodes a rollout has out of service (none without a per-shard view)."""
+    if by_shard is None or not node_shards:
+        return []
+    want: dict[str, int] = {}
+    out: dict[str, int] = {}
+    for node, count in counts.items():
+        shard = node_shards.get(node)
+        if shard is None or not count:
+            continue
+        want[shard] = want.get(shard, 0) + count
+        if node in away:
+            out[shard] = out.get(shard, 0) + count
+    said = []
+    for shard in sorted(want):
+        have = by_shard.get(shard, 0.0)
+        if want[shard] - have > out.get(shard, 0):
+            gone = f", {out[shard]} of them out of service" if shard in out else ""
+            said.append(f"shard {shard} {have:g} of {want[shard]} GPUs{gone}")
+    return said

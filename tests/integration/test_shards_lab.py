@@ -20,7 +20,8 @@ product splits the GPU and node targets between the pairs in each pair's file_sd
   shard, each new one is in exactly one;
 - the federation tier (``gpumon_global_tier: both``, the global pair mon01 + mon02): each global
   replica holds every shard's ``cluster_model:`` records from both replicas of the shard, its
-  global records count each GPU once (the raw federated records twice), and the global view of
+  global records count each GPU once (the raw federated records twice), its view of each shard
+  (what ``status`` holds a rollout's missing GPUs to) is that shard's GPUs, and the global view of
   the store returns each GPU once across the shards; with shard b stopped, the global pair fires
   PrometheusShardUnreachable for b and its records still hold every GPU of shard a;
 - the tier re-sharded by rack: before ``up`` runs, ``upgrade-driver`` of the new inventory is
@@ -52,6 +53,7 @@ import yaml
 from deployer.lab import Lab
 from deployer.lab.lab import for_lab_name
 from deployer.lab.topology import load_topology
+from deployer.monitoring import checks_global
 from deployer.monitoring.http import http_fetch
 from deployer.monitoring.remote_write import seconds
 from tests.integration.labtools import CLI, invocation, run_cli, wait_until
@@ -413,6 +415,11 @@ def test_the_global_records_count_each_gpu_once_across_shards_and_replicas(
         # what it deduplicated: each shard's record once per replica
         raw = query(url, "sum(cluster_model:gpus:count)")
         assert float(raw[0]["value"][1]) == 2 * total, name
+        # status' view of each shard (a rollout excuses missing GPUs in their own shard only)
+        by_shard = query(url, checks_global.shard_query("federate", "shard", "replica"))
+        assert checks_global.shard_counts(by_shard, "shard") == {
+            s: float(gpus_of(slab, s)) for s in ("a", "b")
+        }, name
         # per model: the lab's models, each host's GPUs once
         models = {s["metric"]["gpu_model"]: float(s["value"][1])
                   for s in query(url, "global_cluster_model:gpus:count")}  # fmt: skip

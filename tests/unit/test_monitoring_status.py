@@ -90,6 +90,7 @@ class CannedStack:
         }
         self.gpus = {P1: gpu_series("gpu01", 8), P2: gpu_series("gpu01", 8)}
         self.global_gpus: dict[str, list[float]] = {}  # global replica -> its count's samples
+        self.shard_gpus: dict[str, dict[str, float]] = {}  # global replica -> shard -> GPUs
         self.sampled: dict[str, float] = {}  # UUID -> time of its last sample (default: just now)
         self.started = {P1: STARTED, P2: STARTED} | {
             f"http://{a}:9093": STARTED for a in AMS.values()
@@ -149,6 +150,12 @@ class CannedStack:
             query = urllib.parse.parse_qs(parts.query)["query"][0]
             if query == checks_global.QUERY:
                 result = [{"metric": {}, "value": [NOW, f"{v:g}"]} for v in self.global_gpus[base]]
+                return ok({"status": "success", "data": {"resultType": "vector", "result": result}})
+            if query.startswith("sum by (shard)"):
+                result = [
+                    {"metric": {"shard": k}, "value": [NOW, f"{v:g}"]}
+                    for k, v in self.shard_gpus[base].items()
+                ]
                 return ok({"status": "success", "data": {"resultType": "vector", "result": result}})
             m = re.fullmatch(
                 r'group by \(node, UUID\) \(timestamp\(DCGM_FI_DEV_GPU_TEMP\{job="dcgm"\}\) >= ([0-9.]+)\)',
@@ -1066,6 +1073,58 @@ def test_the_global_count_short_by_what_a_rollout_has_out_of_service_is_pending(
     assert row is not None and row.state == state
     if state == "pending":
         assert all(f"{h} {why}" in row.detail for h, why in away.items()), row.detail
+
+
+SHARDS = {"gpu01": "s1", "gpu02": "s1", "gpu03": "s2"}
+
+
+@pytest.mark.parametrize(
+    ("have", "by_shard", "away", "state", "said"),
+    [
+        # gpu02 (s1) rebooting, s1 short by its 8 GPUs: the rollout's, pending
+        (12.0, {"s1": 4.0, "s2": 8.0}, {"gpu02": REBOOTING}, "pending", "gpu02 " + REBOOTING),
+        # the same total, but s2 lost its 8 while gpu02 (8, in s1) is away: failed, naming s2
+        (12.0, {"s1": 12.0, "s2": 4.0}, {"gpu02": REBOOTING}, "failed",
+         "shard s2 4 of 8 GPUs"),
+        # s2 gone from the view altogether while s1's gpu02 is away
+        (4.0, {"s1": 4.0}, {"gpu02": REBOOTING, "gpu01": INSTALLING}, "failed",
+         "shard s2 0 of 8 GPUs"),
+        # no rollout: the shard the view lost is named
+        (12.0, {"s1": 12.0, "s2": 0.0}, {}, "failed",
+         "(a shard missing from the view): shard s2 0 of 8 GPUs"),
+    ],
+    ids=["own-shard-away", "other-shard-lost", "shard-gone", "no-rollout"],
+)  # fmt: skip
+def test_a_rollout_excuses_only_its_own_shard_s_missing_gpus(have, by_shard, away, state, said):
+    """The global pair's view of each shard is held to that shard's nodes: hosts a rollout has
+    out of service in one shard do not cover GPUs another shard lost, though the sum would."""
+    counts = {"gpu01": 4, "gpu02": 8, "gpu03": 8}
+    answer = [{"metric": {}, "value": [0, str(have)]}]
+    row = checks_global.global_gpu_check(
+        "mon01", answer, counts, ["ok"], False, away, by_shard, SHARDS
+    )
+    assert row is not None and (row.state, said in row.detail) == (state, True), row.detail
+
+
+def test_the_global_pair_is_asked_for_each_shard_s_gpus_and_a_lost_shard_is_named(stack, hosts):
+    """A sharded tier's global replicas are asked for the shards' records per shard as their
+    rules take them (once per shard, over the replicas); a shard missing is named."""
+    fields = global_stack(stack, hosts)
+    query = checks_global.shard_query("federate", "shard", "replica")
+    assert query == (
+        "sum by (shard) (max without (instance, node, replica) "
+        '(cluster_model:gpus:count{job="federate"}))'
+    )
+    stack.shard_gpus = {G1: {"s1": 8.0}, G2: {"s2": 8.0}}
+    fields |= {"node_shards": {"gpu01": "s1"}, "global_shard_query": query,
+               "global_shard_label": "shard"}  # fmt: skip
+    stack.global_gpus[G2] = [0.0]
+    checks = run(stack, hosts, **fields)
+    assert row(checks, "mon01", "every GPU once", status.GLOBAL).state == OK
+    assert (status.GLOBAL, "mon02", "every GPU once") in failed(checks)
+    assert detail(checks, "mon02", "every GPU once", status.GLOBAL).endswith(
+        "counts 0 of 8 GPUs (a shard missing from the view): shard s1 0 of 8 GPUs"
+    )
 
 
 # ---------------------------------------------------------------- the long-term store as a target
