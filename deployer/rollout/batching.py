@@ -86,7 +86,8 @@ def next_hosts(
     ``interrupted`` hosts (left mid-step by an earlier controller; already out of service) always
     continue. Fresh hosts start as far as --max-unavailable leaves room, counting every host out of
     service now plus the hosts being driven (``running``, and the interrupted ones started with
-    this step) -- none once --max-failures is reached. A limit reached while hosts of this run are
+    this step), but a fresh host already out of service needs no room -- none once
+    --max-failures is reached. A limit reached while hosts of this run are
     still being driven is a wait, not a stop: they may come back and free their places, and the
     controller asks again when one finishes. The run stops only when no host is being driven and
     still no fresh host may start: the places are held by hosts nothing in this run brings back
@@ -103,8 +104,14 @@ def next_hosts(
             f"--max-failures {max_failures} reached ({failures} failed): no new host is started",
         )
     down = set(out_of_service) | busy
+    # A fresh host out of service already (drained before the run by someone else, or by an
+    # earlier run this one takes over) takes no new place: driving it leaves no more hosts out
+    # of service than there are now (as a Kubernetes DaemonSet's rolling update replaces an
+    # unavailable pod outside maxUnavailable). The places are for the hosts in service.
+    already = [h for h in fresh if h in down]
+    in_service = [h for h in fresh if h not in down]
     free = room(max_unavailable, down)
-    if free == 0:
+    if free == 0 and not already:
         if busy:
             return Step(start)
         return Step(
@@ -112,4 +119,4 @@ def next_hosts(
             f"--max-unavailable {max_unavailable} reached: {len(down)} host(s) out of service "
             f"({', '.join(sorted(down))})",
         )
-    return Step(start + list(fresh[:free]))
+    return Step(start + already + in_service[:free])

@@ -155,9 +155,17 @@ class RunRecord:
 
     def out_of_service(self) -> set[str]:
         """Hosts out of service now: this run's hosts between drain and validation (or failed
-        after drain), and hosts that were down or drained before the run."""
-        # A host drained before the run stays drained after it (the run never undrains it).
-        return {h for h, r in self.hosts.items() if r.out_of_service} | set(self.unavailable_before)
+        after drain), and hosts that were down or drained before the run, until this run owns
+        their drain (one it took over from an earlier run, or drained again after someone
+        resumed it): from then on their own step says, and once validated they are back."""
+        # A host someone else drained before the run stays drained after it (never undrained).
+        own = {h for h, r in self.hosts.items() if r.out_of_service}
+        before = {
+            h
+            for h in self.unavailable_before
+            if h not in self.hosts or not self.hosts[h].drained_by_run
+        }
+        return own | before
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:

@@ -15,7 +15,12 @@ then:
 - with no scheduler hook at all (``--drain none``), the GPU-process guard alone keeps gpu03 from
   rebooting under a Slurm job whose process nvidia-smi lists (the simulation's ``gpu-jobs``
   fault, given the job's real pid; the simulation lists a pid until it is cleared, so the test
-  clears it when Slurm says the job ended, as the driver would drop the process).
+  clears it when Slurm says the job ended, as the driver would drop the process);
+- two controllers (each its own run records and run lock): the second refuses gpu03, which the
+  first's run drained, while that run waits on a job and after its controller was killed (exit 2,
+  naming the run and ``--take-over``, the node and driver untouched); with ``--take-over RUN``
+  it upgrades gpu03 under ``--max-unavailable 1`` (the drained node needs no place of its own)
+  and gives the node back.
 
 Set ``GPUMON_SLURM_LAB=<name>`` to run against a lab that is already up (development).
 """
@@ -165,13 +170,20 @@ class GpuProcesses(threading.Thread):
 class Rollout:
     """``upgrade-driver`` running in the background, its JSON report when it ends."""
 
-    def __init__(self, inventory: str, state_dir: Path, *args: str) -> None:
+    def __init__(
+        self, inventory: str, state_dir: Path, *args: str, controller: bool = False
+    ) -> None:
+        """``controller``: a controller of its own, its run lock beside its run records in
+        ``state_dir`` (another machine's, to the lab)."""
         self.out = state_dir / "stdout.json"
         self.err = state_dir / "stderr.txt"
+        env = {**os.environ, "GPUMON_ROLLOUT_STATE_DIR": str(state_dir / "runs")}
+        if controller:
+            env["GPUMON_LOCK_DIR"] = str(state_dir / "locks")
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
             self.proc = subprocess.Popen(
                 [*CLI, "upgrade-driver", "-i", inventory, "--output", "json", *args],
-                env={**os.environ, "GPUMON_ROLLOUT_STATE_DIR": str(state_dir / "runs")},
+                env=env,
                 stdout=out,
                 stderr=err,
             )
@@ -352,3 +364,60 @@ def test_without_a_drain_hook_the_gpu_process_guard_waits_for_a_slurm_job(
     assert entered(gpu03, "waiting_jobs") < float(job.output()["end"])
     assert guard.cleared_at < entered(gpu03, "rebooting")
     assert boots(cluster, "gpu03") == boots_before + 1
+
+
+def test_a_node_another_controller_s_run_drained_is_left_to_it_until_that_run_is_named(
+    cluster, baseline, tmp_path
+):
+    """Two controllers, each with its own run records and run lock (``GPUMON_ROLLOUT_STATE_DIR``,
+    ``GPUMON_LOCK_DIR``):
+    the second finds gpu03 drained by the first's run, which it has no record of, and refuses,
+    while that run drives it and after its controller died; named with ``--take-over``, the run
+    is taken over and the node upgraded and given back."""
+    job = Job(cluster, 900, "-p infer -w gpu03 --gres=gpu:1")
+    job.wait_running()
+    boots_before, driver_before = boots(cluster, "gpu03"), loaded(cluster, "gpu03")
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    upgrade = ("--to", "595", "--limit", "gpu03", *DRAIN)
+    first = Rollout(baseline, first_dir, *upgrade, "--job-timeout", "900", controller=True)
+    wait_until(
+        "gpu03 draining with the first controller's run",
+        lambda: slurm_nodes(cluster)["gpu03"]["reason"].startswith(RUN_REASON),
+        120,
+    )
+    reason = slurm_nodes(cluster)["gpu03"]["reason"]
+    run_id = reason.removeprefix(RUN_REASON).partition(":")[0]
+
+    def second(*more: str, timeout: float = 300) -> tuple[int, dict, str]:
+        return Rollout(baseline, second_dir, *upgrade, *more, controller=True).finish(timeout)
+
+    rc, _, stderr = second()
+    assert rc == 2, stderr[-3000:]
+    assert (
+        f"gpu03: node 'gpu03' is drained by upgrade-driver run {run_id}, which this controller "
+        "has no record of" in stderr
+    )
+    assert f"--take-over {run_id}" in stderr and "the hosts were only read" in stderr
+    assert first.proc.poll() is None  # the first run still waits on the job, undisturbed
+    assert slurm_nodes(cluster)["gpu03"]["reason"] == reason
+
+    first.proc.kill()  # its controller gone
+    first.proc.wait(30)
+    sh(cluster, "mon01", f"scancel {job.id}")
+    job.wait_gone(60)
+    rc, _, stderr = second()  # dead or alive, the second controller cannot tell
+    assert rc == 2 and f"--take-over {run_id}" in stderr, stderr[-3000:]
+    assert slurm_nodes(cluster)["gpu03"]["reason"] == reason
+    assert (boots(cluster, "gpu03"), loaded(cluster, "gpu03")) == (boots_before, driver_before)
+
+    rc, report, stderr = second("--take-over", run_id, timeout=900)
+    assert rc == 0, stderr[-3000:]
+    gpu03 = report["hosts"]["gpu03"]
+    assert gpu03["state"] == "done"
+    assert any(f"drained by run {run_id}" in n for n in gpu03["notes"]), gpu03["notes"]
+    assert boots(cluster, "gpu03") == boots_before + 1
+    assert loaded(cluster, "gpu03") == "595.45.04"
+    node = slurm_nodes(cluster)["gpu03"]
+    assert (node["state"].rstrip("*"), node["reason"]) == ("idle", "")

@@ -198,7 +198,7 @@ def test_a_node_left_drained_by_a_rollout_that_died_fails_naming_the_run_and_its
     cluster, status, inventory, tmp_path
 ):
     # a target other than the driver gpu03 runs: a rollout to the installed one has nothing to
-    # do and never drains (test_slurm, before this module, leaves gpu03 on 580.126.20)
+    # do and never drains (test_slurm, before this module, leaves gpu03 on 595.45.04)
     target = "580.65.06" if installed_driver(cluster, "gpu03") == "580.126.20" else "580.126.20"
     submit(cluster, 600, "-p infer -w gpu03 --gres=gpu:1")
     env = {**os.environ, "GPUMON_ROLLOUT_STATE_DIR": str(status.state_dir)}

@@ -60,6 +60,11 @@ def test_room(limit, down, free):
         ([], ["a", "b"], [], [], 2, 0, ["a", "b"], False),
         # a host drained before the run takes one place
         ([], ["a", "b"], [], ["x"], 2, 0, ["a"], False),
+        # a host of the run drained before it needs no place of its own: it is out already
+        ([], ["a", "b"], [], ["a"], 1, 0, ["a"], False),
+        ([], ["b", "a"], [], ["a"], 2, 0, ["a", "b"], False),
+        # ... but none starts once --max-failures is reached
+        ([], ["a"], [], ["a"], 1, 1, [], True),
         # no room and nothing of the run being driven: nothing starts, and the run says why
         ([], ["a", "b"], [], ["x", "y"], 2, 0, [], True),
         # interrupted hosts always continue (they are out of service already)

@@ -150,6 +150,36 @@ def test_max_unavailable_counts_hosts_drained_before_the_run(tmp_path):
     assert r.most_running == 1  # g5 takes one of the two places
 
 
+def test_a_host_drained_before_the_run_is_driven_without_taking_a_place(tmp_path):
+    # --max-unavailable 1, g1 drained by an earlier run this one takes over: upgrading g1 takes
+    # no host out of service that was in service, so it starts; g2 waits for the one place
+    r = make(tmp_path, [["g1"], ["g2"]], max_unavailable=1)
+    r.record.unavailable_before = {"g1": "drained by run R0, which did not finish"}
+    draining = r._step_draining
+
+    def take_over(host: str) -> None:  # as the draining step records taking the drain over
+        draining(host)
+        r.record.hosts[host].drained_by_run = True
+
+    r._step_draining = take_over  # type: ignore[method-assign]
+    rec = r.run()
+    assert rec.status == "finished", rec.stop_reason
+    assert rec.hosts["g1"].state == rec.hosts["g2"].state == "done"
+    # g1 back in service once validated: its place is free for g2 (it once held it for good)
+    assert steps_of(r, "g2") == list(WORK_STEPS)
+    assert rec.out_of_service() == set()
+
+
+def test_a_host_an_administrator_drained_keeps_its_place_after_the_run_drives_it(tmp_path):
+    r = make(tmp_path, [["g1"], ["g2"]], max_unavailable=1)
+    r.record.unavailable_before = {"g1": "drained before the run (slurm)"}
+    r.record.hosts["g1"].was_drained = True
+    rec = r.run()
+    # g1 driven (it needed no place), left drained: no room for g2 in service
+    assert rec.hosts["g1"].state == "done" and steps_of(r, "g2") == []
+    assert rec.status == "stopped" and "--max-unavailable 1" in rec.stop_reason
+
+
 def test_no_room_at_all_stops_the_run_naming_the_limit(tmp_path):
     r = make(tmp_path, [["g1"]], max_unavailable=1)
     r.record.unavailable_before = {"g5": "unreachable"}

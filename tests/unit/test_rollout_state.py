@@ -62,6 +62,18 @@ def test_hosts_down_or_drained_before_the_run_count_as_out_of_service():
     assert rec.out_of_service() == {"a", "c", "x"}
 
 
+def test_a_host_drained_before_the_run_counts_by_its_own_step_once_the_run_owns_its_drain():
+    # b: drained by an earlier run this one took over; done and resumed, it is back in service
+    rec = record(a="installing", b="pending")
+    rec.unavailable_before = {"b": "drained by run R0, which did not finish"}
+    assert rec.out_of_service() == {"a", "b"}
+    rec.hosts["b"].drained_by_run = True
+    rec.hosts["b"].state = "rebooting"
+    assert rec.out_of_service() == {"a", "b"}
+    rec.hosts["b"].state = "done"
+    assert rec.out_of_service() == {"a"}
+
+
 def test_the_record_round_trips_through_json():
     rec = record(a="rebooting", b="pending")
     rec.hosts["a"].silence_ids = ["s1", "s2"]
