@@ -570,6 +570,7 @@ def test_a_stopped_pair_fails_status_and_fires_in_the_other_shard_which_stays_co
         for row in once.values():
             assert row["state"] == "failed", row
             assert f"counts {of_a} of {gpus_of(slab)} GPUs" in row["detail"], row
+            assert f"shard b 0 of {gpus_of(slab) - of_a} GPUs" in row["detail"], row
         for name, url in globals_.items():
             got = query(url, "sum(global_cluster:gpus:count)")
             assert got and float(got[0]["value"][1]) == of_a, (name, got)
