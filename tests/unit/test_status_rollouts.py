@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 from deployer.monitoring.check import FAILED, PENDING
@@ -128,6 +129,44 @@ def test_the_runs_of_an_inventory_are_its_own_oldest_first(tmp_path):
         "20261201T100000Z-580.126.20-aaaa", "20261202T100000Z-595.45.04-bbbb",
     ]  # fmt: skip
     assert runs_of(inv, tmp_path / "none yet") == []
+
+
+def test_a_record_no_controller_runs_is_parsed_once_until_a_resume_replaces_it(
+    tmp_path, monkeypatch
+):
+    """``status --wait`` reads the inventory's runs every round: its history (finished,
+    stopped, interrupted runs) is parsed once, a running run's record every time, and whether a
+    controller drives a run is read from its lock every time."""
+    from deployer.monitoring import rollouts
+    from deployer.rollout.state import write_atomic
+
+    inv = tmp_path / "inv.yml"
+    old = run_record(tmp_path, "20261201T100000Z-580.126.20-aaaa", inv, "interrupted", g1="done")
+    run_record(tmp_path, "20261202T100000Z-595.45.04-bbbb", inv, "running", g2="rebooting")
+    parsed: list[str] = []
+
+    def loads(text: str) -> object:
+        parsed.append(json.loads(text)["status"])
+        return json.loads(text)
+
+    monkeypatch.setattr(rollouts, "json", types.SimpleNamespace(loads=loads))
+    assert [r.status for r in runs_of(inv, tmp_path)] == ["interrupted", "running"]
+    assert [r.status for r in runs_of(inv, tmp_path)] == ["interrupted", "running"]
+    assert parsed == ["interrupted", "running", "running"]
+    fd = os.open(old / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a controller resuming it takes the lock
+        assert runs_of(inv, tmp_path)[0].driven is True  # the lock read anew, the record not
+        assert parsed.count("interrupted") == 1
+        # ... and replaces the record whole
+        hosts = {"g1": {"state": "done"}}
+        data = {"status": "running", "inventory": str(inv.resolve()), "hosts": hosts}
+        write_atomic(old / STATE_FILE, json.dumps(data))
+        first = runs_of(inv, tmp_path)[0]
+        assert (first.status, first.driven) == ("running", True)
+    finally:
+        os.close(fd)
+    assert runs_of(inv, tmp_path)[0].driven is False
 
 
 def test_a_run_under_way_is_pending_and_names_the_hosts_it_has_out_of_service(tmp_path):
