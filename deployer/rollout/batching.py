@@ -106,8 +106,10 @@ def next_hosts(
     down = set(out_of_service) | busy
     # A fresh host out of service already (drained before the run by someone else, or by an
     # earlier run this one takes over) takes no new place: driving it leaves no more hosts out
-    # of service than there are now (as a Kubernetes DaemonSet's rolling update replaces an
-    # unavailable pod outside maxUnavailable). The places are for the hosts in service.
+    # of service than there are now. So a Kubernetes DaemonSet's rolling update replaces an
+    # unavailable old pod outside maxUnavailable, still counting it as unavailable
+    # (kubernetes/kubernetes pkg/controller/daemon/update.go, rollingUpdate's
+    # ``allowedReplacementPods``). The places are for the hosts in service.
     already = [h for h in fresh if h in down]
     in_service = [h for h in fresh if h not in down]
     free = room(max_unavailable, down)
