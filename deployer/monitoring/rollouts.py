@@ -117,17 +117,23 @@ def take_over_refusal(
 ) -> str | None:
     """Why a new run may not take over a node run ``run_id`` left drained, or None when it may:
     that run's record is on this controller and no controller drives it (it died mid-run), or
-    the operator named it (``--take-over``). A run this controller has no record of may be under
-    way from another controller (the run lock and the records are per controller): taking its
-    node over would run two rollouts on one host."""
+    the operator named it (``--take-over``) and no controller here drives it. A run this
+    controller has no record of may be under way from another controller (the run lock and the
+    records are per controller): taking its node over would run two rollouts on one host. One a
+    controller here drives (its lock held) is alive whatever the operator says: a run id
+    mistyped or mixed up in ``--take-over`` is refused rather than believed."""
+    run = run_info(run_id, root, locks)
+    if run.driven:
+        named = " (--take-over names it, but it is alive)" if run_id in take_over else ""
+        return (
+            f"upgrade-driver run {run_id}, which a controller drives now (its record: "
+            f"{run.where}){named}. Let that run finish, or stop it (Ctrl-C: it can be resumed)"
+        )
     if run_id in take_over:
         return None
-    run = run_info(run_id, root, locks)
-    if run.found and run.error is None and not run.driven:
+    if run.found and run.error is None:
         return None
-    if run.driven:
-        said = f"which a controller drives now (its record: {run.where})"
-    elif run.found:
+    if run.found:
         said = f"whose record here cannot be read ({run.error})"
     else:
         said = (

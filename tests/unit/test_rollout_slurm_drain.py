@@ -266,9 +266,14 @@ def test_the_preflight_refuses_a_node_of_a_run_that_may_be_alive_before_touching
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(InputError, match="which a controller drives now"):
             _already_out(_preflight("g1", "g2"), SlurmDrain(), lambda: slurm, tmp_path)
-        # named by the operator: taken over all the same (they say it is dead)
-        before = _already_out(_preflight("g2"), SlurmDrain(), lambda: slurm, tmp_path, ("R0",))
-        assert "this run takes it over" in before.out["g2"]
+        # named by the operator, but alive here: refused all the same (a mixed-up run id)
+        with pytest.raises(
+            InputError, match=r"drives now .*\(--take-over names it, but it is alive\)"
+        ):
+            _already_out(_preflight("g2"), SlurmDrain(), lambda: slurm, tmp_path, ("R0",))
     finally:
         os.close(fd)
+    # its controller gone: named, it is taken over
+    before = _already_out(_preflight("g2"), SlurmDrain(), lambda: slurm, tmp_path, ("R0",))
+    assert "this run takes it over" in before.out["g2"]
     assert slurm.scontrol() == []
