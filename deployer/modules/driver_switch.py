@@ -10,9 +10,12 @@ planned driver; so the switch unholds them and installs and purges in the same `
 install`` (``pkg-`` removes, ``--purge`` removes their configuration too), so apt never sees a
 host with no driver package at all.
 
-Read side: one ``dpkg-query`` of every package named, its status (``${db:Status-Abbrev}``) and
-version. Desired: no ``purge`` package installed or left as configuration files, no ``unhold``
-package held, every ``install`` package at its exact version. Write side: the one transaction
+Read side: one ``dpkg-query`` of every package named, each architecture's instance with its
+status (``${db:Status-Abbrev}``) and version. Desired: no instance of a ``purge`` package
+installed or left as configuration files (a 32-bit ``libnvidia-compute-535:i386`` of the old
+branch included, purged by that name), no instance of an ``unhold`` package held, every
+``install`` package's native instance (what apt installs for the plain name) at its exact
+version. Write side: the one transaction
 (the lists updated first when something is installed). Proof: the read again.
 """
 
@@ -31,7 +34,12 @@ from deployer.modules.base import (
     register,
     run_checked,
 )
-from deployer.modules.package import lock_retry, package_names
+from deployer.modules.package import (
+    NATIVE_ARCH_SCRIPT,
+    dpkg_instance,
+    lock_retry,
+    package_names,
+)
 
 LOCK_TIMEOUT_S = 300
 
@@ -82,22 +90,37 @@ class DriverSwitch(Module):
     # ---- read side -----------------------------------------------------------------------
     def read_script(self, args: dict[str, Any]) -> str:
         names = " ".join(q(n) for n in self._names(args))
-        fmt = q("${Package}\t${db:Status-Abbrev}\t${Version}\n")
+        fmt = q("${Package}:${Architecture}\t${db:Status-Abbrev}\t${Version}\n")
         # dpkg-query exits 1 naming a package it never heard of: that one is simply absent
-        return f"dpkg-query -W -f={fmt} -- {names} 2>/dev/null || true"
+        return f"{NATIVE_ARCH_SCRIPT}\ndpkg-query -W -f={fmt} -- {names} 2>/dev/null || true"
 
     def parse(self, args: dict[str, Any], result: CommandResult) -> dict[str, Any]:
-        seen: dict[str, tuple[bool, bool, str]] = {}
+        native = ""
+        seen: dict[str, tuple[bool, bool, str]] = {}  # "package:arch" -> (present, held, version)
         for line in result.stdout.splitlines():
+            if line.startswith("dpkg_arch="):
+                native = line.partition("=")[2].strip()
+                continue
             parts = line.split("\t")
             if len(parts) == 3:
                 present, held = package_state(parts[1])
                 seen[parts[0]] = (present, held, parts[2] if present else "")
+
+        def instances(names: list[str], which: int) -> list[str]:
+            # every architecture's instance: apt-get and apt-mark read a plain name as the
+            # native one, so a foreign instance is named with its architecture
+            out = []
+            for key, state in seen.items():
+                name, _, arch = key.partition(":")
+                if name in names and state[which]:
+                    out.append(name if arch in (native, "all") else key)
+            return sorted(out)
+
         return {
-            "installed": sorted(n for n in args["purge"] if seen.get(n, (False,))[0]),
-            "held": sorted(n for n in args["unhold"] if seen.get(n, (False, False))[1]),
+            "installed": instances(args["purge"], 0),
+            "held": instances(args["unhold"], 1),
             "versions": {
-                name: (seen.get(name, (False, False, ""))[2] or None)
+                name: ((dpkg_instance(seen, name, native) or (False, False, ""))[2] or None)
                 for name, _ in map(_pin, args["install"])
             },
         }

@@ -1,6 +1,7 @@
 """Packages installed by apt or dnf: presence, absence, exact version, latest, hold/versionlock.
 
-State per package is read with one ``dpkg-query`` (``${Status}|${Version}``) or ``rpm -q`` call;
+State per package is read with one ``dpkg-query`` (``${Status}|${Version}`` of each architecture's
+instance; a name without one means the native architecture's, as apt reads it) or ``rpm -q`` call;
 the differences are flat keys (``<name>.state``, ``<name>.version``, ``<name>.hold``,
 ``<name>.latest``) so the report shows exactly what moves. ``update_cache`` refreshes the package
 lists before an install; on its own it is a difference only when ``cache_valid_time`` is given and
@@ -15,7 +16,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from deployer.connection import CommandResult
 from deployer.modules.base import (
@@ -30,6 +32,7 @@ from deployer.modules.base import (
     run_checked,
 )
 
+V = TypeVar("V")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+._:~-]*$")
 _VERSION = re.compile(r"^[A-Za-z0-9.+:~_-]+\*?$")
 # Our own stamp of the last successful ``apt-get update`` (apt's periodic stamp is also read).
@@ -53,6 +56,34 @@ def package_names(key: str, value: Any) -> list[str]:
     if len(set(names)) != len(names):
         raise ArgError(key, "a package is named twice")
     return list(names)
+
+
+# dpkg's native architecture, for reading a multi-arch database the way apt names packages.
+NATIVE_ARCH_SCRIPT = 'echo "dpkg_arch=$(dpkg --print-architecture 2>/dev/null)"'
+
+
+def dpkg_instance(instances: Mapping[str, V], name: str, native: str) -> V | None:
+    """The instance of ``name`` that apt means, from dpkg's instances keyed ``package:arch``.
+
+    With foreign architectures enabled (``dpkg --add-architecture i386``, common where 32-bit
+    NVIDIA libraries are wanted) dpkg lists a package once per architecture it knows, sorted by
+    architecture, so the foreign instance (``libnvidia-compute-595:i386``, perhaps removed and
+    left as configuration files) comes after the native one. apt reads a name without an
+    architecture as the native architecture's package (``pkgCache::FindPkg`` looks the name up
+    as ``"native"``; Debian/apt ``apt-pkg/pkgcache.cc``, commit 01380ef62a45), an
+    ``Architecture: all`` package answering for it: so does this. ``name:arch`` is that instance.
+    Where dpkg did not say its native architecture, the one instance there is, if one."""
+    base, sep, arch = name.partition(":")
+    if sep:
+        return instances.get(f"{base}:{arch}")
+    for candidate in (native, "all"):
+        if candidate and f"{base}:{candidate}" in instances:
+            return instances[f"{base}:{candidate}"]
+    if not native:
+        mine = [v for k, v in instances.items() if k.partition(":")[0] == base]
+        if len(mine) == 1:
+            return mine[0]
+    return None
 
 
 def lock_retry(command: str, limit_s: int) -> str:
@@ -120,9 +151,13 @@ class Package(Module):
         latest = args["state"] == "latest"
         # One dpkg-query for every name: each parses dpkg's whole status file (18 ms on a host of
         # 850 packages, more on a GPU node), and a driver task names several packages. A name
-        # dpkg never heard of prints nothing (absent); "name:arch" prints under its name.
-        fmt = q("pkg.${Package}=${Status}|${Version}\n")
-        apt = [f"dpkg-query -W -f={fmt} -- {names} 2>/dev/null || true"]  # 1: a name not found
+        # dpkg never heard of prints nothing (absent); every architecture's instance prints
+        # under "name:arch" (dpkg_instance picks the one apt means).
+        fmt = q("pkg.${Package}:${Architecture}=${Status}|${Version}\n")
+        apt = [
+            NATIVE_ARCH_SCRIPT,
+            f"dpkg-query -W -f={fmt} -- {names} 2>/dev/null || true",  # 1: a name not found
+        ]
         if latest:
             apt += [
                 f"for p in {names}; do",
@@ -168,9 +203,9 @@ class Package(Module):
             raise ValueError("neither apt (dpkg-query, apt-get) nor dnf found on the host")
         actual: dict[str, Any] = {"manager": manager}
         if manager == "apt":
+            instances = {k[4:]: v for k, v in kv.items() if k.startswith("pkg.")}
             for n in args["name"]:
-                # "name:arch" is printed under its name (dpkg-query matched that arch only)
-                line = kv.get(f"pkg.{n}", kv.get(f"pkg.{n.partition(':')[0]}", ""))
+                line = dpkg_instance(instances, n, kv.get("dpkg_arch", "")) or ""
                 status, _, version = line.partition("|")
                 words = status.split()
                 installed = len(words) == 3 and words[2] in _INSTALLED

@@ -265,3 +265,82 @@ def test_every_byte_of_a_commands_output_arrives_from_the_hosts_sshd(lab):
             assert got.rc == 0 and len(got.stdout) == size + 5 and got.stdout.endswith("\nEND\n")
     finally:
         conn.close()
+
+
+# A package of both architectures, built and installed on the host itself (dpkg-deb, dpkg -i):
+# Multi-Arch: same, as NVIDIA's libraries (libnvidia-compute-NNN:i386 beside :amd64) are.
+MULTIARCH_PKGS = ("gpumon-test-multiarch", "gpumon-test-oldbranch")
+MULTIARCH_SETUP = """set -e
+dpkg --add-architecture i386
+d=$(mktemp -d)
+for p in {pkgs}; do for a in amd64 i386; do
+  mkdir -p "$d/$p-$a/DEBIAN" "$d/$p-$a/etc/$p"
+  echo "# $a" > "$d/$p-$a/etc/$p/$a.conf"; echo "/etc/$p/$a.conf" > "$d/$p-$a/DEBIAN/conffiles"
+  printf 'Package: %s\\nVersion: 1.0-1\\nArchitecture: %s\\nMulti-Arch: same\\n''Maintainer: gpumon tests <t@example.org>\\nDescription: multi-arch test\\n' \
+    "$p" "$a" > "$d/$p-$a/DEBIAN/control"
+  dpkg-deb -b "$d/$p-$a" "$d/$p-$a.deb" >/dev/null
+done; done
+dpkg -i "$d"/*.deb >/dev/null
+rm -rf "$d"
+dpkg -r gpumon-test-multiarch:i386 >/dev/null   # its conffile left: "rc"
+apt-mark hold gpumon-test-oldbranch:i386 >/dev/null
+"""
+MULTIARCH_CLEANUP = (
+    "apt-mark unhold {all} >/dev/null 2>&1; dpkg --purge {all} >/dev/null 2>&1; "
+    "dpkg --remove-architecture i386; true"
+)
+
+
+def test_a_host_with_i386_enabled_reads_and_removes_the_instance_apt_means(lab):
+    """Real dpkg and apt on a lab host with a foreign architecture: dpkg lists the i386
+    instance after the amd64 one. `package` reads a plain name as the native instance (present
+    though the 32-bit one was removed) and removes it; the driver switch purges and unholds
+    every instance of an old branch's package, the 32-bit one by `:i386`."""
+    from deployer.modules.driver_switch import DriverSwitch
+    from deployer.modules.package import Package
+    from deployer.session import DeploySession, RunOptions
+
+    host = "prom02"
+    every = " ".join(f"{p}:amd64 {p}:i386" for p in MULTIARCH_PKGS)
+    setup = lab.ssh(host, MULTIARCH_SETUP.format(pkgs=" ".join(MULTIARCH_PKGS)), timeout=120)
+    try:
+        assert setup.returncode == 0, setup.stderr
+        listed = lab.ssh(host, "dpkg-query -W -f='${Package}:${Architecture} ${db:Status-Abbrev}\\n' "
+                         "gpumon-test-multiarch").stdout.split("\n")  # fmt: skip
+        assert listed[:2] == ["gpumon-test-multiarch:amd64 ii ", "gpumon-test-multiarch:i386 rc "]
+
+        session = DeploySession.load(RunOptions(inventory=lab.inventory_path))
+        conn = session.open_connection(host)
+        try:
+            m = Package()
+            args = m.validate({"name": "gpumon-test-multiarch", "state": "absent"})
+            obs = m.observe(args, conn.run(m.read_script(args)))
+            assert obs.differences == {"gpumon-test-multiarch.state": ("present", "absent")}
+            m.write(conn, args, obs)
+            assert m.observe(args, conn.run(m.read_script(args))).in_desired_state
+
+            switch = DriverSwitch()
+            args = switch.validate(
+                {"purge": ["gpumon-test-oldbranch"], "unhold": ["gpumon-test-oldbranch"]}
+            )
+            obs = switch.observe(args, conn.run(switch.read_script(args)))
+            assert obs.actual["installed"] == [
+                "gpumon-test-oldbranch",
+                "gpumon-test-oldbranch:i386",
+            ]
+            assert obs.actual["held"] == ["gpumon-test-oldbranch:i386"]
+            switch.write(conn, args, obs)
+            assert switch.observe(args, conn.run(switch.read_script(args))).in_desired_state
+        finally:
+            conn.close()
+        left = lab.ssh(host, "dpkg-query -W -f='${Package}:${Architecture} ${db:Status-Abbrev}\\n' "
+                       f"{' '.join(MULTIARCH_PKGS)} 2>/dev/null").stdout  # fmt: skip
+        # the plain name removed the native instance only (as apt does); the switch purged both
+        assert left.split() == [
+            "gpumon-test-multiarch:amd64",
+            "rc",
+            "gpumon-test-multiarch:i386",
+            "rc",
+        ]
+    finally:
+        lab.ssh(host, MULTIARCH_CLEANUP.format(all=every), timeout=120)

@@ -4,7 +4,6 @@ through the executor on this machine's shell."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from deployer.modules.files import Directory
 from deployer.plan import HostPlan, HostPlay, PlannedTask
 from deployer.results import Status
 from deployer.roles import Play
+from tests.unit.dpkgdb import Instance, install_db, needs_dpkg
 
 PLAY = Play(name="p", hosts="all", roles=("r",))
 
@@ -89,20 +89,16 @@ def test_the_switch_refuses_an_install_without_an_exact_version():
         DriverSwitch().validate({})
 
 
-def fake_dpkg(bindir: Path, answers: str) -> None:
-    bindir.mkdir(exist_ok=True)
-    (bindir / "dpkg-query").write_text(f"#!/bin/sh\nprintf '{answers}'\n")
-    (bindir / "dpkg-query").chmod(0o755)
-
-
+@needs_dpkg
 def test_the_read_script_asks_dpkg_once_for_every_package_named(tmp_path, monkeypatch):
     m = DriverSwitch()
     args = m.validate(
         {"install": ["nvidia-open=580.126.20-1"], "purge": ["cuda-drivers-535"],
          "unhold": ["cuda-drivers-535", "nvidia-open"]}
     )  # fmt: skip
-    fake_dpkg(tmp_path / "bin", "cuda-drivers-535\\thi \\t535.54.03-1\\n")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    install_db(
+        tmp_path, monkeypatch, "amd64", Instance("cuda-drivers-535", "amd64", "535.54.03-1", "hi")
+    )
     obs = m.observe(args, LocalConnection("h1").run(m.read_script(args)))
     assert obs.actual == {
         "installed": ["cuda-drivers-535"],
@@ -116,7 +112,10 @@ def test_a_purge_only_switch_removes_without_updating_the_lists():
     m = DriverSwitch()
     args = m.validate({"purge": ["nvidia-driver-pinning-580"]})
     obs = m.observe(
-        args, CommandResult("", 0, "nvidia-driver-pinning-580\tii \t580.126.20-1\n", "")
+        args,
+        CommandResult(
+            "", 0, "dpkg_arch=amd64\nnvidia-driver-pinning-580:amd64\tii \t580.126.20-1\n", ""
+        ),
     )
     conn = ScriptedConnection()
     m.write(conn, args, obs)
@@ -131,5 +130,44 @@ def test_a_switch_whose_packages_are_gone_and_unheld_is_in_its_desired_state():
         {"install": ["nvidia-open=580.126.20-1"], "purge": ["cuda-drivers-535"],
          "unhold": ["cuda-drivers-535"]}
     )  # fmt: skip
-    read = "cuda-drivers-535\tun \t\nnvidia-open\thi \t580.126.20-1\n"
+    read = "dpkg_arch=amd64\ncuda-drivers-535:amd64\tun \t\nnvidia-open:amd64\thi \t580.126.20-1\n"
     assert m.observe(args, CommandResult("", 0, read, "")).in_desired_state
+
+
+@needs_dpkg
+def test_every_architecture_s_instance_of_an_old_branch_is_purged_and_unheld_by_its_name(
+    tmp_path, monkeypatch
+):
+    """A host with i386 enabled keeps the old branch's 32-bit library beside the 64-bit one (one
+    held, the other left as configuration files): both are the old branch, and apt removes and
+    unholds only the native instance of a plain name, so the foreign one is named
+    `:i386`. The new branch's version is its native instance's, though a 32-bit instance at
+    another version is listed after it."""
+    m = DriverSwitch()
+    args = m.validate(
+        {"install": ["libnvidia-compute-595=595.45.04-1"],
+         "purge": ["libnvidia-compute-535"], "unhold": ["libnvidia-compute-535"]}
+    )  # fmt: skip
+    install_db(
+        tmp_path, monkeypatch, "amd64",
+        Instance("libnvidia-compute-535", "amd64", "535.288.01-1", "ii"),
+        Instance("libnvidia-compute-535", "i386", "535.288.01-1", "hi"),
+        Instance("libnvidia-compute-595", "amd64", "595.45.04-1", "ii"),
+        Instance("libnvidia-compute-595", "i386", "595.45.03-1", "rc"),
+    )  # fmt: skip
+    obs = m.observe(args, LocalConnection("h1").run(m.read_script(args)))
+    assert obs.actual == {
+        "installed": ["libnvidia-compute-535", "libnvidia-compute-535:i386"],
+        "held": ["libnvidia-compute-535:i386"],
+        "versions": {"libnvidia-compute-595": "595.45.04-1"},
+    }
+    steps = m.transaction(args, obs)
+    assert "apt-mark unhold -- libnvidia-compute-535:i386 " in steps
+    assert "libnvidia-compute-535- libnvidia-compute-535:i386-" in steps
+
+    # gone (the 32-bit one left as configuration files counts: purge removes those too)
+    install_db(
+        tmp_path / "after", monkeypatch, "amd64",
+        Instance("libnvidia-compute-595", "amd64", "595.45.04-1", "ii"),
+    )  # fmt: skip
+    assert m.observe(args, LocalConnection("h1").run(m.read_script(args))).in_desired_state
