@@ -13,7 +13,7 @@ global replica or a shard replica started within ``SETTLE_S``, or while one of t
 federate targets is pending, is pending; ``status --wait`` waits it out. So is a shortfall no
 larger than the GPUs of the hosts a driven rollout has out of service (their exporters stopped
 or rebooting: deployer/monitoring/rollouts.py ``out_of_service_now``), naming them, in each
-shard: the global pair's view of each shard (:func:`shard_query`) is held to that shard's own
+shard: the global pair's view of each shard (:data:`SHARD_RECORD`) is held to that shard's own
 nodes, so a rollout's hosts in one shard never cover GPUs another shard lost.
 """
 
@@ -26,24 +26,20 @@ from deployer.monitoring.check import FAILED, OK, PENDING, Check
 
 RECORD = "global_cluster:gpus:count"
 QUERY = f"sum({RECORD})"
+# Each shard's GPUs as the global pair receives them, recorded by the same rules, in the same
+# evaluation, as RECORD (global-federation.yml.j2: the per-shard part of its ``once``)
+SHARD_RECORD = "global_shard:gpus:count"
 CHECK = "every GPU once"
 # A shard replica's scrape and evaluation (15 s each), the federate scrape (30 s), the global
 # evaluation (15 s), with a restarted daemon's own start-up on a loaded host.
 SETTLE_S = 150.0
 
 
-def shard_query(job: str, shard_label: str, replica_label: str) -> str:
-    """Each shard's GPUs as the global pair receives them: the shards' ``cluster_model:gpus:count``
-    taken once per shard as the global rules take it (global-federation.yml.j2's ``once``), not
-    added up over the shards."""
-    return (
-        f"sum by ({shard_label}) (max without (instance, node, {replica_label}) "
-        f'(cluster_model:gpus:count{{job="{job}"}}))'
-    )
-
-
-def shard_counts(answer: list[dict[str, Any]], shard_label: str) -> dict[str, float]:
-    """Shard -> GPUs, from the vector :func:`shard_query` answers."""
+def shard_counts(answer: list[dict[str, Any]], shard_label: str) -> dict[str, float] | None:
+    """Shard -> GPUs, from the vector :data:`SHARD_RECORD` answers; None for no series (rules
+    rendered before the record existed, or not evaluated yet: the row is judged on the sum)."""
+    if not answer:
+        return None
     return {str(s["metric"].get(shard_label, "")): float(s["value"][1]) for s in answer}
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from deployer.connection import SSHTarget
 from deployer.errors import InputError
-from deployer.monitoring import checks_global, federation, file_sd, shards
+from deployer.monitoring import federation, file_sd, shards
 from deployer.monitoring.checks_gpus import presence_metric
 from deployer.monitoring.file_sd import Target, truthy
 from deployer.monitoring.http import ClientTLS
@@ -67,8 +67,7 @@ class StackExpectation:
     # scrapes every shard replica's /federate (global_targets) and evaluates the global rules
     global_replicas: list[Replica] = field(default_factory=list)
     global_targets: list[Target] = field(default_factory=list)
-    # the global pair's GPUs per shard (checks_global.shard_query) and the label naming the shard
-    global_shard_query: str = ""
+    # the label naming the shard in the global pair's GPUs per shard (checks_global.SHARD_RECORD)
     global_shard_label: str = ""
     alertmanagers: list[Peer] = field(default_factory=list)
     targets: list[Target] = field(default_factory=list)
@@ -141,11 +140,6 @@ def expect(
     for v in list(global_vars.values())[:1]:
         exp.global_targets = federation.expected_targets(v)
         exp.global_shard_label = str(v["prometheus_shard_label"])
-        exp.global_shard_query = checks_global.shard_query(
-            str(v["prometheus_federation_job"]),
-            exp.global_shard_label,
-            str(v["prometheus_replica_label"]),
-        )
     first: Mapping[str, Any] | None = None
     for host, v in prometheus_vars.items():
         first = first or v

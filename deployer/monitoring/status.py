@@ -150,8 +150,9 @@ class _Obs:
     targets: dict[str, Any] = field(default_factory=dict)  # replica -> targets data | err str
     gpus: dict[str, Any] = field(default_factory=dict)  # replica -> vector | err str
     global_gpus: dict[str, Any] = field(default_factory=dict)  # global replica -> vector | err
-    # global replica -> shard -> GPUs (checks_global.shard_counts) | err; a sharded tier's only
-    global_shard_gpus: dict[str, Any] = field(default_factory=dict)
+    # global replica -> shard -> GPUs (checks_global.shard_counts; None: no record); a sharded
+    # tier's only, and only where the query answered
+    global_shard_gpus: dict[str, dict[str, float] | None] = field(default_factory=dict)
     am_status: dict[str, Any] = field(default_factory=dict)  # peer -> status | err str
     prom_disk: dict[str, tuple[list[tuple[float, str]] | None, str | None]] = field(
         default_factory=dict
@@ -206,13 +207,13 @@ def _observe_replica(
     if not gpus and (exp.gpus or exp.gpu_records):  # a global replica: its GPU count
         series, err = query(fetch, rep.url, checks_global.QUERY)
         obs.global_gpus[rep.host] = err if err is not None else series
-        if exp.node_shards and exp.global_shard_query:
-            series, err = query(fetch, rep.url, exp.global_shard_query)
-            obs.global_shard_gpus[rep.host] = (
-                err
-                if err is not None
-                else checks_global.shard_counts(series, exp.global_shard_label)
-            )
+        if exp.node_shards and exp.global_shard_label:
+            series, err = query(fetch, rep.url, checks_global.SHARD_RECORD)
+            # an error: judged on the sum alone, as without the record
+            if err is None:
+                obs.global_shard_gpus[rep.host] = checks_global.shard_counts(
+                    series, exp.global_shard_label
+                )
     if gpus and exp.gpu_records:
         series, err = query(fetch, rep.url, f"max by (node) ({RECORD_METRIC})")
         if err is None:
@@ -705,10 +706,9 @@ def _global_pair_checks(
         )
         checks.extend(rows)
         if counts:
-            by_shard = obs.global_shard_gpus.get(rep.host)  # an error: judged on the sum alone
             row = checks_global.global_gpu_check(
                 rep.host, obs.global_gpus.get(rep.host), counts, federate.values(), young,
-                maintenance, by_shard if isinstance(by_shard, dict) else None, exp.node_shards,
+                maintenance, obs.global_shard_gpus.get(rep.host), exp.node_shards,
             )  # fmt: skip
             if row is not None:
                 checks.append(row)

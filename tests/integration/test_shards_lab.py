@@ -415,8 +415,9 @@ def test_the_global_records_count_each_gpu_once_across_shards_and_replicas(
         # what it deduplicated: each shard's record once per replica
         raw = query(url, "sum(cluster_model:gpus:count)")
         assert float(raw[0]["value"][1]) == 2 * total, name
-        # status' view of each shard (a rollout excuses missing GPUs in their own shard only)
-        by_shard = query(url, checks_global.shard_query("federate", "shard", "replica"))
+        # status' view of each shard (a rollout excuses missing GPUs in their own shard only):
+        # the rules' per-shard record, evaluated with the total above
+        by_shard = query(url, checks_global.SHARD_RECORD)
         assert checks_global.shard_counts(by_shard, "shard") == {
             s: float(gpus_of(slab, s)) for s in ("a", "b")
         }, name

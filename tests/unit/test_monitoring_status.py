@@ -151,10 +151,10 @@ class CannedStack:
             if query == checks_global.QUERY:
                 result = [{"metric": {}, "value": [NOW, f"{v:g}"]} for v in self.global_gpus[base]]
                 return ok({"status": "success", "data": {"resultType": "vector", "result": result}})
-            if query.startswith("sum by (shard)"):
+            if query == checks_global.SHARD_RECORD:
                 result = [
-                    {"metric": {"shard": k}, "value": [NOW, f"{v:g}"]}
-                    for k, v in self.shard_gpus[base].items()
+                    {"metric": {"__name__": query, "shard": k}, "value": [NOW, f"{v:g}"]}
+                    for k, v in self.shard_gpus.get(base, {}).items()
                 ]
                 return ok({"status": "success", "data": {"resultType": "vector", "result": result}})
             m = re.fullmatch(
@@ -1107,23 +1107,25 @@ def test_a_rollout_excuses_only_its_own_shard_s_missing_gpus(have, by_shard, awa
 
 
 def test_the_global_pair_is_asked_for_each_shard_s_gpus_and_a_lost_shard_is_named(stack, hosts):
-    """A sharded tier's global replicas are asked for the shards' records per shard as their
-    rules take them (once per shard, over the replicas); a shard missing is named."""
+    """A sharded tier's global replicas are asked for their rules' own record of each shard's
+    GPUs (global_shard:gpus:count: once per shard, over the replicas); a shard missing is named.
+    A global pair whose rules predate the record answers nothing: judged on the sum alone."""
     fields = global_stack(stack, hosts)
-    query = checks_global.shard_query("federate", "shard", "replica")
-    assert query == (
-        "sum by (shard) (max without (instance, node, replica) "
-        '(cluster_model:gpus:count{job="federate"}))'
-    )
+    assert checks_global.SHARD_RECORD == "global_shard:gpus:count"
     stack.shard_gpus = {G1: {"s1": 8.0}, G2: {"s2": 8.0}}
-    fields |= {"node_shards": {"gpu01": "s1"}, "global_shard_query": query,
-               "global_shard_label": "shard"}  # fmt: skip
+    fields |= {"node_shards": {"gpu01": "s1"}, "global_shard_label": "shard"}
     stack.global_gpus[G2] = [0.0]
     checks = run(stack, hosts, **fields)
     assert row(checks, "mon01", "every GPU once", status.GLOBAL).state == OK
     assert (status.GLOBAL, "mon02", "every GPU once") in failed(checks)
     assert detail(checks, "mon02", "every GPU once", status.GLOBAL).endswith(
         "counts 0 of 8 GPUs (a shard missing from the view): shard s1 0 of 8 GPUs"
+    )
+
+    stack.shard_gpus = {G1: {"s1": 8.0}}  # mon02's rules without the record
+    checks = run(stack, hosts, **fields)
+    assert detail(checks, "mon02", "every GPU once", status.GLOBAL).endswith(
+        "counts 0 of 8 GPUs (a shard missing from the view)"
     )
 
 
