@@ -12,13 +12,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import http.server
-import json
 import os
 import shlex
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.dpkgdb import Instance, write_db
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,14 +83,15 @@ def printing(bindir: Path, name: str, argv: list[str] | None, capture: Path, rc:
     return _install(bindir, name, text)
 
 
-def dpkg_query(bindir: Path, versions: dict[str, str]) -> Path:
-    """dpkg-query answering ``-W -f='${Version}' -- PACKAGE`` from ``versions``."""
-    table = json.dumps(versions)
-    script = (
-        f"#!{sys.executable}\nimport json, sys\nv = json.loads({table!r}).get(sys.argv[-1])\n"
-        "sys.exit(1) if v is None else sys.stdout.write(v)\n"
+def dpkg_query(bindir: Path, versions: dict[str, str], native: str = "amd64") -> Path:
+    """This machine's real ``dpkg-query`` (and ``dpkg``) over a database of its own in which each
+    package of ``versions`` is installed at its version for the ``native`` architecture
+    (tests/dpkgdb.py)."""
+    db = bindir.parent / "dpkg-db"
+    write_db(
+        db, bindir, native, *(Instance(n, native, v, multi_arch="") for n, v in versions.items())
     )
-    return _install(bindir, "dpkg-query", script)
+    return bindir / "dpkg-query"
 
 
 def environment(bindir: Path, **extra: str) -> dict[str, str]:

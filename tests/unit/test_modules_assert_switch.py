@@ -17,7 +17,7 @@ from deployer.modules.files import Directory
 from deployer.plan import HostPlan, HostPlay, PlannedTask
 from deployer.results import Status
 from deployer.roles import Play
-from tests.unit.dpkgdb import Instance, install_db, needs_dpkg
+from tests.dpkgdb import Instance, install_db, needs_dpkg
 
 PLAY = Play(name="p", hosts="all", roles=("r",))
 

@@ -11,7 +11,7 @@ import pytest
 from deployer.connection import CommandResult, ScriptedConnection
 from deployer.modules.base import Observation
 from deployer.modules.package import Package, dpkg_instance, lock_retry
-from tests.unit.dpkgdb import Instance, install_db, needs_dpkg
+from tests.dpkgdb import Instance, install_db, needs_dpkg
 
 
 def observe(args: dict, stdout: str) -> tuple[Package, dict, Observation]:

@@ -9,6 +9,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from tests.dpkgdb import Instance, needs_dpkg, write_db
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "roles/nvidia_driver/files/nvidia-driver-check"
 # the real line of ../shared/gpu_reality_fixtures/driver-misc/proc-driver-nvidia-version.txt
@@ -55,16 +57,37 @@ def test_without_nvidia_smi_only_the_gpu_daemons_holding_devices_is_not_busy(tmp
     assert run(tmp_path, "busy").returncode == 1
 
 
+SMI_TWO_GPUS = (
+    "580.159.04, GPU-1f027ee8-6e1e-2b8c-0108-3d370e5f0418\\n"
+    "580.159.04, GPU-9e5b8fec-61bf-5124-a0a9-079af1b65cc6\\n"
+)
+
+
+@needs_dpkg
 def test_verify_passes_when_loaded_installed_and_nvidia_smi_agree_on_every_gpu(tmp_path):
     fake_proc(tmp_path, {})
-    smi = (
-        "580.159.04, GPU-1f027ee8-6e1e-2b8c-0108-3d370e5f0418\\n"
-        "580.159.04, GPU-9e5b8fec-61bf-5124-a0a9-079af1b65cc6\\n"
-    )
-    tool(tmp_path / "bin", "nvidia-smi", f"printf '{smi}'\n")
-    tool(tmp_path / "bin", "dpkg-query", "printf '580.159.04-1'\n")
+    tool(tmp_path / "bin", "nvidia-smi", f"printf '{SMI_TWO_GPUS}'\n")
+    write_db(tmp_path, tmp_path / "bin", "amd64", Instance("nvidia-open", "amd64", "580.159.04-1"))
     proc = run(tmp_path, "verify", "580.159.04", "2", "nvidia-open")
     assert (proc.returncode, proc.stderr) == (0, "")
+
+
+@needs_dpkg
+def test_verify_reads_the_native_installed_instance_of_the_package(tmp_path):
+    """Real dpkg-query on a host with i386 enabled: the package's 32-bit instance, listed after
+    the native one, does not stand for it; a package removed with its configuration files left
+    is not installed, whatever version dpkg still names for it."""
+    fake_proc(tmp_path, {})
+    tool(tmp_path / "bin", "nvidia-smi", f"printf '{SMI_TWO_GPUS}'\n")
+    lib = "libnvidia-compute-580"
+    write_db(tmp_path / "a", tmp_path / "bin", "amd64",
+             Instance(lib, "i386", "580.126.20-1", "ii"), Instance(lib, "amd64", "580.159.04-1"))  # fmt: skip
+    assert run(tmp_path, "verify", "580.159.04", "2", lib).returncode == 0
+
+    write_db(tmp_path / "b", tmp_path / "bin", "amd64",
+             Instance(lib, "amd64", "580.159.04-1", "rc"), Instance(lib, "i386", "580.159.04-1"))  # fmt: skip
+    proc = run(tmp_path, "verify", "580.159.04", "2", lib)
+    assert proc.returncode == 1 and f"installed driver ({lib}) is absent" in proc.stderr
 
 
 def test_a_loaded_nouveau_needs_a_reboot_even_at_the_planned_version(tmp_path):

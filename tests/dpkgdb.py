@@ -29,31 +29,29 @@ class Instance:
     arch: str
     version: str
     status: str = "ii"  # a key of STATUS
-    multi_arch: str = "same"
+    multi_arch: str = "same"  # "" for a package without the field (one instance at most)
 
     def stanza(self) -> str:
         return (
             f"Package: {self.package}\nStatus: {STATUS[self.status]}\nPriority: optional\n"
             f"Section: libs\nInstalled-Size: 1\nMaintainer: Test <test@example.org>\n"
-            f"Architecture: {self.arch}\nMulti-Arch: {self.multi_arch}\n"
-            f"Version: {self.version}\nDescription: test package\n"
+            f"Architecture: {self.arch}\n"
+            + (f"Multi-Arch: {self.multi_arch}\n" if self.multi_arch else "")
+            + f"Version: {self.version}\nDescription: test package\n"
         )
 
 
-def install_db(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str, *instances: Instance
-) -> Path:
-    """An admin directory holding ``instances`` (foreign architectures registered as dpkg
-    does), and ``dpkg``/``dpkg-query`` wrappers first on ``PATH`` that read it, the native
-    architecture being ``native``."""
-    admin = tmp_path / "dpkg"
+def write_db(directory: Path, bindir: Path, native: str, *instances: Instance) -> Path:
+    """An admin directory under ``directory`` holding ``instances`` (foreign architectures
+    registered as dpkg does), and ``dpkg``/``dpkg-query`` wrappers in ``bindir`` that read it, the
+    native architecture being ``native``. The admin directory."""
+    admin = directory / "dpkg"
     (admin / "info").mkdir(parents=True)
     (admin / "updates").mkdir()
     foreign = sorted({i.arch for i in instances} - {native, "all"})
     (admin / "arch").write_text("".join(f"{a}\n" for a in [native, *foreign]))
     (admin / "status").write_text("\n".join(i.stanza() for i in instances))
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
+    bindir.mkdir(parents=True, exist_ok=True)
     query = shutil.which("dpkg-query")
     (bindir / "dpkg-query").write_text(f'#!/bin/sh\nexec {query} --admindir={admin} "$@"\n')
     # dpkg's native architecture is the one it was built for: the wrapper answers for the host
@@ -64,5 +62,14 @@ def install_db(
     )
     for tool in ("dpkg-query", "dpkg"):
         (bindir / tool).chmod(0o755)
+    return admin
+
+
+def install_db(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str, *instances: Instance
+) -> Path:
+    """:func:`write_db` under ``tmp_path``, its wrappers first on ``PATH``."""
+    bindir = tmp_path / "bin"
+    admin = write_db(tmp_path, bindir, native, *instances)
     monkeypatch.setenv("PATH", f"{bindir}:/usr/sbin:/usr/bin:/sbin:/bin")
     return admin
