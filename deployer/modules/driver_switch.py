@@ -35,6 +35,7 @@ from deployer.modules.base import (
     run_checked,
 )
 from deployer.modules.package import (
+    NATIVE_ARCH_KEY,
     NATIVE_ARCH_SCRIPT,
     dpkg_instance,
     lock_retry,
@@ -98,7 +99,7 @@ class DriverSwitch(Module):
         native = ""
         seen: dict[str, tuple[bool, bool, str]] = {}  # "package:arch" -> (present, held, version)
         for line in result.stdout.splitlines():
-            if line.startswith("dpkg_arch="):
+            if line.startswith(f"{NATIVE_ARCH_KEY}="):
                 native = line.partition("=")[2].strip()
                 continue
             parts = line.split("\t")

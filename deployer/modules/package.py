@@ -58,8 +58,10 @@ def package_names(key: str, value: Any) -> list[str]:
     return list(names)
 
 
-# dpkg's native architecture, for reading a multi-arch database the way apt names packages.
-NATIVE_ARCH_SCRIPT = 'echo "dpkg_arch=$(dpkg --print-architecture 2>/dev/null)"'
+# dpkg's native architecture, for reading a multi-arch database the way apt names packages: a
+# read script's line ``dpkg_arch=<arch>`` (NATIVE_ARCH_KEY).
+NATIVE_ARCH_KEY = "dpkg_arch"
+NATIVE_ARCH_SCRIPT = f'echo "{NATIVE_ARCH_KEY}=$(dpkg --print-architecture 2>/dev/null)"'
 
 
 def dpkg_instance(instances: Mapping[str, V], name: str, native: str) -> V | None:
@@ -205,7 +207,7 @@ class Package(Module):
         if manager == "apt":
             instances = {k[4:]: v for k, v in kv.items() if k.startswith("pkg.")}
             for n in args["name"]:
-                line = dpkg_instance(instances, n, kv.get("dpkg_arch", "")) or ""
+                line = dpkg_instance(instances, n, kv.get(NATIVE_ARCH_KEY, "")) or ""
                 status, _, version = line.partition("|")
                 words = status.split()
                 installed = len(words) == 3 and words[2] in _INSTALLED
