@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from deployer.connection import CommandResult
+from deployer.dpkg_arch import NATIVE_ARCH_KEY, NATIVE_ARCH_SCRIPT, dpkg_instance
 from deployer.modules.base import (
     ArgError,
     HostSession,
@@ -34,13 +35,7 @@ from deployer.modules.base import (
     register,
     run_checked,
 )
-from deployer.modules.package import (
-    NATIVE_ARCH_KEY,
-    NATIVE_ARCH_SCRIPT,
-    dpkg_instance,
-    lock_retry,
-    package_names,
-)
+from deployer.modules.package import lock_retry, package_names
 
 LOCK_TIMEOUT_S = 300
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from deployer.connection import CommandResult
+from deployer.dpkg_arch import NATIVE_ARCH_KEY, NATIVE_ARCH_SCRIPT, dpkg_instance
 from deployer.modules.base import (
     ArgError,
     HostSession,
@@ -32,7 +32,6 @@ from deployer.modules.base import (
     run_checked,
 )
 
-V = TypeVar("V")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+._:~-]*$")
 _VERSION = re.compile(r"^[A-Za-z0-9.+:~_-]+\*?$")
 # Our own stamp of the last successful ``apt-get update`` (apt's periodic stamp is also read).
@@ -56,36 +55,6 @@ def package_names(key: str, value: Any) -> list[str]:
     if len(set(names)) != len(names):
         raise ArgError(key, "a package is named twice")
     return list(names)
-
-
-# dpkg's native architecture, for reading a multi-arch database the way apt names packages: a
-# read script's line ``dpkg_arch=<arch>`` (NATIVE_ARCH_KEY).
-NATIVE_ARCH_KEY = "dpkg_arch"
-NATIVE_ARCH_SCRIPT = f'echo "{NATIVE_ARCH_KEY}=$(dpkg --print-architecture 2>/dev/null)"'
-
-
-def dpkg_instance(instances: Mapping[str, V], name: str, native: str) -> V | None:
-    """The instance of ``name`` that apt means, from dpkg's instances keyed ``package:arch``.
-
-    With foreign architectures enabled (``dpkg --add-architecture i386``, common where 32-bit
-    NVIDIA libraries are wanted) dpkg lists a package once per architecture it knows, sorted by
-    architecture, so the foreign instance (``libnvidia-compute-595:i386``, perhaps removed and
-    left as configuration files) comes after the native one. apt reads a name without an
-    architecture as the native architecture's package (``pkgCache::FindPkg`` looks the name up
-    as ``"native"``; Debian/apt ``apt-pkg/pkgcache.cc``, commit 01380ef62a45), an
-    ``Architecture: all`` package answering for it: so does this. ``name:arch`` is that instance.
-    Where dpkg did not say its native architecture, the one instance there is, if one."""
-    base, sep, arch = name.partition(":")
-    if sep:
-        return instances.get(f"{base}:{arch}")
-    for candidate in (native, "all"):
-        if candidate and f"{base}:{candidate}" in instances:
-            return instances[f"{base}:{candidate}"]
-    if not native:
-        mine = [v for k, v in instances.items() if k.partition(":")[0] == base]
-        if len(mine) == 1:
-            return mine[0]
-    return None
 
 
 def lock_retry(command: str, limit_s: int) -> str:

@@ -9,8 +9,9 @@ import subprocess
 import pytest
 
 from deployer.connection import CommandResult, ScriptedConnection
+from deployer.dpkg_arch import dpkg_instance
 from deployer.modules.base import Observation
-from deployer.modules.package import Package, dpkg_instance, lock_retry
+from deployer.modules.package import Package, lock_retry
 from tests.dpkgdb import Instance, install_db, needs_dpkg
 
 
