@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deployer.connection import CommandResult, Connection
+from deployer.dpkg_arch import NATIVE_ARCH_KEY, NATIVE_ARCH_SCRIPT, dpkg_instance
 from deployer.errors import FactsUnread
 
 NVIDIA_PCI_VENDOR = "0x10de"
@@ -80,8 +81,10 @@ procfs=${GPUMON_PROCFS:-/proc}
 if [ -r "$procfs/driver/nvidia/version" ]; then cat "$procfs/driver/nvidia/version" 2>/dev/null; fi
 echo '@@pkgs'
 if command -v dpkg-query >/dev/null 2>&1; then
-  if [ ! -r /var/lib/dpkg/status ] || grep -qF @STATUS_NAMES@ /var/lib/dpkg/status; then
-    dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' @DPKG_PATTERNS@ 2>/dev/null
+  status="${DPKG_ADMINDIR:-/var/lib/dpkg}/status"
+  if [ ! -r "$status" ] || grep -qF @STATUS_NAMES@ "$status"; then
+    @NATIVE_ARCH_SCRIPT@
+    dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\t${Architecture}\n' @DPKG_PATTERNS@ 2>/dev/null
   fi
 fi
 if command -v rpm >/dev/null 2>&1; then
@@ -102,6 +105,7 @@ FACTS_SCRIPT = (
     FACTS_SCRIPT.replace("@STATUS_NAMES@", " ".join(f"-e 'Package: {n}'" for n in _DPKG_NAMES))
     .replace("@DPKG_PATTERNS@", " ".join(f"'{n}*'" for n in _DPKG_NAMES))
     .replace("@HOST_CA_FILE@", HOST_CA_FILE)
+    .replace("@NATIVE_ARCH_SCRIPT@", NATIVE_ARCH_SCRIPT)
 )
 
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Wed Apr 29 ..." (proprietary, both
@@ -148,8 +152,13 @@ class HostFacts:
     driver_smi: str | None = None  # from nvidia-smi
     kernel_module_flavour: str | None = None  # open | proprietary (of the loaded module)
     reboot_required: bool = False
-    packages: dict[str, str] = field(default_factory=dict)  # installed NVIDIA packages -> version
-    held: list[str] = field(default_factory=list)
+    # installed NVIDIA packages -> version: the instance apt means by the plain name (the native
+    # architecture's, or Architecture: all), which is what the host runs
+    packages: dict[str, str] = field(default_factory=dict)
+    # installed instances of another architecture ("libnvidia-compute-535:i386" -> version):
+    # never the host's driver, but a driver switch removes them with their package
+    foreign_packages: dict[str, str] = field(default_factory=dict)
+    held: list[str] = field(default_factory=list)  # packages with a held instance
     dcgm_version: str | None = None
     dcgm_package: str | None = None
     exporter_version: str | None = None
@@ -249,19 +258,39 @@ def parse_facts(host: str, result: CommandResult) -> HostFacts:
     if m:
         f.driver_loaded = m.group("v")
         f.kernel_module_flavour = "open" if "Open Kernel Module" in proc else "proprietary"
-    for line in s["pkgs"]:
-        parts = line.split("\t")
-        if len(parts) < 3 or not parts[2].startswith(("ii", "hi")):
-            continue
-        name, version = parts[0], parts[1]
-        f.packages[name] = version
-        if parts[2].startswith("hi"):
-            f.held.append(name)
+    _read_packages(f, s["pkgs"])
     _derive_versions(f)
     f.nvswitch = (("".join(s["nvswitch"]).strip() or "0") != "0") or f.nvidia_pci_switches > 0
     if s["tls_ca"][:1] == ["present"]:
         f.tls_ca_pem = "".join(line + "\n" for line in s["tls_ca"][1:])
     return f
+
+
+def _read_packages(f: HostFacts, lines: list[str]) -> None:
+    """The installed instances dpkg-query (or rpm) listed: the one apt means by a package's plain
+    name (deployer/dpkg_arch.py) in ``packages``, every other architecture's in
+    ``foreign_packages``; a package any of whose instances is held in ``held``, once."""
+    native = ""
+    installed: dict[str, str] = {}  # "name:arch" -> version
+    for line in lines:
+        if line.startswith(f"{NATIVE_ARCH_KEY}="):
+            native = line.partition("=")[2].strip()
+            continue
+        parts = line.split("\t")
+        if len(parts) < 3 or not parts[2].startswith(("ii", "hi")):
+            continue
+        name, version = parts[0], parts[1]
+        # rpm's lines carry no architecture: the package as the host names it
+        installed[f"{name}:{parts[3].strip() if len(parts) > 3 else native}"] = version
+        if parts[2].startswith("hi") and name not in f.held:
+            f.held.append(name)
+    keys = {key: key for key in installed}
+    for key, version in installed.items():
+        name = key.partition(":")[0]
+        if dpkg_instance(keys, name, native) == key:
+            f.packages[name] = version
+        else:
+            f.foreign_packages[key] = version
 
 
 def _derive_versions(f: HostFacts) -> None:

@@ -22,8 +22,9 @@ Public API
     templates can be checked for undefined names; the preflight then refuses the real plan.
 ``driver_switch(resolved, facts) -> dict``
     What moving a host onto the planned driver must take away first, from the installed and held
-    packages in facts: ``purge`` (driver, Fabric Manager and NSCQ packages of other branches or of
-    the other module flavour, which would otherwise hold the old branch in place), ``unhold``
+    packages in facts (an instance of any architecture): ``purge`` (driver, Fabric Manager and
+    NSCQ packages of other branches or of the other module flavour, which would otherwise hold
+    the old branch in place), ``unhold``
     (held packages of that family the plan does not hold, so apt may replace them) and
     ``install`` (the planned driver and Fabric Manager as ``name=version``, to install in the same
     apt transaction); ``needed`` is false when both lists are empty.
@@ -107,7 +108,13 @@ def driver_switch(resolved: rules.ResolvedPlan, facts: Mapping[str, Any]) -> dic
         keep.update(n for n in scheme.names.get(flavour) or () if "{branch}" not in n)
     purge: set[str] = set()
     family: set[str] = set()
-    for name in facts.get("packages") or {}:
+    # a foreign instance alone (an old branch's 32-bit library) holds the old branch as well:
+    # its package is purged too, which removes every instance (modules/driver_switch.py)
+    installed = dict.fromkeys(facts.get("packages") or {})
+    installed.update(
+        dict.fromkeys(k.partition(":")[0] for k in facts.get("foreign_packages") or {})
+    )
+    for name in installed:
         for pattern, nscq in _driver_family():
             match = pattern.match(name)
             if match is None:

@@ -344,3 +344,52 @@ def test_a_host_with_i386_enabled_reads_and_removes_the_instance_apt_means(lab):
         ]
     finally:
         lab.ssh(host, MULTIARCH_CLEANUP.format(all=every), timeout=120)
+
+
+# Ubuntu's driver libraries as a host with i386 enabled may hold them: an old branch's 32-bit
+# library left beside the native one of the branch the host runs (Multi-Arch: same, as Ubuntu's
+# libnvidia-compute-NNN are); built on the host with dpkg-deb, installed with dpkg -i.
+DRIVER_LIBS = (
+    ("libnvidia-compute-535", "i386", "535.274.02-0ubuntu1"),
+    ("libnvidia-compute-580", "amd64", "580.95.05-0ubuntu1"),
+)
+DRIVER_LIBS_SETUP = r"""set -e
+dpkg --add-architecture i386
+d=$(mktemp -d)
+printf '%s\n' {rows} | while read -r p a v; do
+  mkdir -p "$d/$p-$a/DEBIAN"
+  {{ echo "Package: $p"; echo "Version: $v"; echo "Architecture: $a"; echo "Multi-Arch: same"
+    echo "Maintainer: gpumon tests <t@example.org>"; echo "Description: facts test"
+  }} > "$d/$p-$a/DEBIAN/control"
+  dpkg-deb -b "$d/$p-$a" "$d/$p-$a.deb" >/dev/null
+done
+dpkg -i "$d"/*.deb >/dev/null
+rm -rf "$d"
+"""
+
+
+def test_facts_read_the_hosts_driver_from_its_native_instance_not_a_32_bit_library(lab):
+    """Real dpkg on a lab host with i386 enabled: dpkg-query lists the old branch's 32-bit
+    library first by name. The facts read the driver from the native instance (before: the
+    first ``libnvidia-compute-*`` by name, so the host read as on R535 and needing a reboot)
+    and keep the 32-bit one apart, for a driver switch to purge."""
+    from deployer.facts import gather
+    from deployer.session import DeploySession, RunOptions
+
+    host = "prom02"
+    rows = " ".join(f"'{p} {a} {v}'" for p, a, v in DRIVER_LIBS)
+    every = " ".join(f"{p}:{a}" for p, a, _ in DRIVER_LIBS)
+    setup = lab.ssh(host, DRIVER_LIBS_SETUP.format(rows=rows), timeout=120)
+    try:
+        assert setup.returncode == 0, setup.stderr
+        session = DeploySession.load(RunOptions(inventory=lab.inventory_path))
+        conn = session.open_connection(host)
+        try:
+            f = gather(conn)
+        finally:
+            conn.close()
+        assert f.packages == {"libnvidia-compute-580": "580.95.05-0ubuntu1"}
+        assert f.foreign_packages == {"libnvidia-compute-535:i386": "535.274.02-0ubuntu1"}
+        assert (f.driver_installed, f.reboot_required) == ("580.95.05", False)
+    finally:
+        lab.ssh(host, MULTIARCH_CLEANUP.format(all=every), timeout=120)

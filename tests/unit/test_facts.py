@@ -9,8 +9,9 @@ import pytest
 
 from deployer.connection import CommandResult, LocalConnection
 from deployer.errors import FactsUnread
-from deployer.facts import FACTS_SCRIPT, HOST_CA_FILE, gather, parse_facts, unfinished
+from deployer.facts import FACTS_SCRIPT, HOST_CA_FILE, HostFacts, gather, parse_facts, unfinished
 from deployer.tls import material
+from tests.dpkgdb import Instance, write_db
 
 OS = """@@os
 id=debian
@@ -45,13 +46,14 @@ NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.133.20  Wed Mar  5 2025
 """
 
 PKGS = """@@pkgs
-nvidia-open\t580.65.06-1\tii
-libnvidia-compute\t580.65.06-1\tii
-datacenter-gpu-manager-4-core\t1:4.4.2-1\thi
-datacenter-gpu-manager-4-cuda13\t1:4.4.2-1\thi
-datacenter-gpu-manager-exporter\t4.7.1-1\tii
-nvidia-fabricmanager\t580.65.06-1\thi
-nvidia-old-removed\t1.0\trc
+dpkg_arch=amd64
+nvidia-open\t580.65.06-1\tii \tamd64
+libnvidia-compute\t580.65.06-1\tii \tamd64
+datacenter-gpu-manager-4-core\t1:4.4.2-1\thi \tamd64
+datacenter-gpu-manager-4-cuda13\t1:4.4.2-1\thi \tamd64
+datacenter-gpu-manager-exporter\t4.7.1-1\tii \tamd64
+nvidia-fabricmanager\t580.65.06-1\thi \tamd64
+nvidia-old-removed\t1.0\trc \tamd64
 """
 
 
@@ -170,36 +172,37 @@ def test_gpumon_procfs_points_the_script_at_another_proc(tmp_path, monkeypatch):
     assert f.driver_loaded == "580.65.06" and f.kernel_module_flavour == "open"
 
 
-def _script_with_stand_in_dpkg_query(tmp_path, status_text: str | None) -> tuple[str, bool]:
-    """The facts script run here with dpkg's status file at a path of the test's own (the
-    script's literal path swapped) and a stand-in dpkg-query on PATH that prints one installed
-    NVIDIA package and leaves a mark: (the script's pkgs section, whether dpkg-query ran)."""
+def _facts_script_on_dpkg(
+    tmp_path: Path, *instances: Instance, status: str | None = None, native: str = "amd64"
+) -> tuple[HostFacts, bool]:
+    """The facts script run here on a dpkg database of the test's own (tests/dpkgdb.py: this
+    machine's real dpkg-query, ``DPKG_ADMINDIR`` naming the database as dpkg reads it), its
+    ``status`` file's text replaced when given (None: as written; "": no status file), dpkg-query
+    leaving a mark when it runs: (the facts, whether dpkg-query ran)."""
     import os
-    import subprocess
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bindir = tmp_path / "bin"
+    admin = write_db(tmp_path, bindir, native, *instances)
+    if status == "":
+        (admin / "status").unlink()
+    elif status is not None:
+        (admin / "status").write_text(status)
     mark = tmp_path / "dpkg-query-ran"
-    stand_in = bin_dir / "dpkg-query"
-    stand_in.write_text(f"#!/bin/sh\ntouch {mark}\nprintf 'nvidia-driver\\t580.65.06-1\\tii \\n'\n")
-    stand_in.chmod(0o755)
-    status = tmp_path / "status"
-    if status_text is not None:
-        status.write_text(status_text)
-    script = FACTS_SCRIPT.replace("/var/lib/dpkg/status", str(status))
-    assert script != FACTS_SCRIPT
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env).stdout
-    pkgs = out.split("@@pkgs\n", 1)[1].split("@@", 1)[0]
-    return pkgs, mark.exists()
+    real = bindir / "dpkg-query"
+    real.rename(bindir / "dpkg-query.db")
+    real.write_text(f'#!/bin/sh\ntouch {mark}\nexec {bindir}/dpkg-query.db "$@"\n')
+    real.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "DPKG_ADMINDIR": str(admin)}
+    out = subprocess.run(["sh", "-c", FACTS_SCRIPT], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    return parse_facts("g1", CommandResult("facts", 0, out.stdout, "")), mark.exists()
 
 
 def test_dpkg_query_runs_only_where_dpkgs_status_names_an_nvidia_package(tmp_path):
     """dpkg-query parses dpkg's whole status file (nine tenths of the script on a host of 850
     packages): a host whose status file names no package of the script's names skips it."""
-    status = "Package: prometheus-node-exporter\nStatus: install ok installed\n\n"
-    pkgs, ran = _script_with_stand_in_dpkg_query(tmp_path, status)
-    assert (pkgs, ran) == ("", False)
+    f, ran = _facts_script_on_dpkg(tmp_path, Instance("prometheus-node-exporter", "amd64", "1.5"))
+    assert (f.packages, ran) == ({}, False)
 
 
 @pytest.mark.parametrize(
@@ -208,15 +211,66 @@ def test_dpkg_query_runs_only_where_dpkgs_status_names_an_nvidia_package(tmp_pat
      "libnvidia-nscq-580", "datacenter-gpu-manager-4-cuda12"],
 )  # fmt: skip
 def test_dpkg_query_runs_where_the_status_file_names_one(tmp_path, name):
-    status = f"Package: adduser\nStatus: install ok installed\n\nPackage: {name}\nStatus: x\n\n"
-    pkgs, ran = _script_with_stand_in_dpkg_query(tmp_path, status)
-    assert ran and pkgs == "nvidia-driver\t580.65.06-1\tii \n"
+    f, ran = _facts_script_on_dpkg(
+        tmp_path,
+        Instance("adduser", "all", "3.134", multi_arch=""),
+        Instance(name, "amd64", "580.65.06-1"),
+    )
+    assert ran and f.packages == {name: "580.65.06-1"}
 
 
 def test_dpkg_query_runs_when_the_status_file_cannot_be_read(tmp_path):
     """Never a fact lost to an unusual dpkg layout: without a readable status file, ask dpkg."""
-    pkgs, ran = _script_with_stand_in_dpkg_query(tmp_path, None)
-    assert ran and pkgs.startswith("nvidia-driver\t")
+    f, ran = _facts_script_on_dpkg(tmp_path, status="")
+    assert ran and f.packages == {}
+
+
+# A host with i386 enabled (dpkg --add-architecture i386) and Ubuntu's driver libraries: dpkg-query
+# lists each package once per architecture, sorted by name, then by architecture.
+NATIVE_580 = Instance("libnvidia-compute-580", "amd64", "580.95.05-0ubuntu1")
+
+
+@pytest.mark.parametrize(
+    ("instances", "driver", "foreign"),
+    [
+        # an old branch's 32-bit library, listed before the native driver by name
+        ((Instance("libnvidia-compute-535", "i386", "535.274.02-0ubuntu1"), NATIVE_580),
+         "580.95.05", {"libnvidia-compute-535:i386": "535.274.02-0ubuntu1"}),
+        # the 32-bit instance of the same package at another version, listed after the native one
+        ((NATIVE_580, Instance("libnvidia-compute-580", "i386", "580.65.06-0ubuntu1")),
+         "580.95.05", {"libnvidia-compute-580:i386": "580.65.06-0ubuntu1"}),
+        # the native instance removed, its configuration files left: no driver installed
+        ((Instance("libnvidia-compute-580", "amd64", "580.95.05-0ubuntu1", "rc"),
+          Instance("libnvidia-compute-580", "i386", "580.95.05-0ubuntu1")),
+         None, {"libnvidia-compute-580:i386": "580.95.05-0ubuntu1"}),
+    ],
+    ids=["old-branch-i386", "same-package-i386-older", "native-removed"],
+)  # fmt: skip
+def test_the_hosts_driver_is_its_native_instance_never_a_32_bit_library(
+    tmp_path, instances, driver, foreign
+):
+    """Before, the first ``libnvidia-compute-*`` by name (or dpkg's last line for a name) was the
+    driver: a 32-bit library of an old branch read the host as on that branch, and as needing a
+    reboot to the driver it had loaded all along."""
+    f, _ = _facts_script_on_dpkg(tmp_path, *instances)
+    assert (f.driver_installed, f.foreign_packages) == (driver, foreign)
+    assert all(":" not in name for name in f.packages)
+
+
+def test_a_held_32_bit_instance_names_its_package_held_once(tmp_path):
+    f, _ = _facts_script_on_dpkg(
+        tmp_path,
+        Instance("libnvidia-compute-580", "amd64", "580.95.05-0ubuntu1", "hi"),
+        Instance("libnvidia-compute-580", "i386", "580.95.05-0ubuntu1", "hi"),
+    )
+    assert f.held == ["libnvidia-compute-580"]
+    assert f.packages == {"libnvidia-compute-580": "580.95.05-0ubuntu1"}
+
+
+def test_rpm_lines_carry_no_architecture_and_are_the_hosts_packages():
+    f = facts_of(SMI_OK, PROC_OPEN, "@@pkgs\nnvidia-open\t580.65.06-1.el9\tii \n")
+    assert f.packages == {"nvidia-open": "580.65.06-1.el9"} and f.foreign_packages == {}
+    assert f.driver_installed == "580.65.06"
 
 
 class _Answers:

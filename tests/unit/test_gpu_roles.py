@@ -574,6 +574,20 @@ def test_a_fabric_manager_of_another_branch_goes_with_its_nscq_library():
     ]  # fmt: skip
 
 
+def test_another_branchs_package_installed_only_for_a_foreign_architecture_is_purged_too():
+    """dpkg --add-architecture i386: an old branch's instance alone holds that branch in place;
+    the switch purges its package by name, which takes every instance (modules/driver_switch.py).
+    The planned branch's own 32-bit instance stays."""
+    facts = {
+        "packages": {"nvidia-open": "580.126.20-1", "nvidia-driver-pinning-580": "580.126.20-1"},
+        "foreign_packages": {"nvidia-driver-535-open:i386": "535.54.03-1",
+                             "nvidia-open:i386": "580.126.20-1"},
+        "held": ["nvidia-open"],
+    }  # fmt: skip
+    moved = switch({**A100, "nvidia_driver_version": "580.126.20"}, facts)
+    assert (moved["purge"], moved["unhold"]) == (["nvidia-driver-535-open"],) * 2
+
+
 def test_a_host_already_on_the_planned_branch_switches_nothing():
     moved = switch({**A100, "nvidia_driver_version": "580.126.20"}, R580_OPEN)
     assert (moved["needed"], moved["purge"], moved["unhold"]) == (False, [], [])
