@@ -313,6 +313,48 @@ def test_a_controller_without_the_tiers_tls_directory_is_refused_touching_nothin
     every_target_up(tlab)
 
 
+def test_your_own_ca_and_password_from_a_new_directory_still_need_the_stores_password(
+    tlab, deployed, secrets_dir, env, outputs, tmp_path
+):
+    """The tier's CA and basic-auth password given as your own (``gpumon_tls_ca_cert``,
+    ``gpumon_basic_auth_password``) from a new directory are what the hosts already trust, but
+    this inventory has a long-term store, whose password the tier made: a new one would have the
+    store refuse the replicas' writes. `up` is refused naming ``metrics_store_password``,
+    touching nothing; with the store's password given as well, the run is not refused
+    (``--check``)."""
+    tier = secrets_dir / "ca"
+    issued = ca.issue_host(
+        ca.ensure_ca(tier), tmp_path / "mine", "any", ["any"], days=30, renew_days=7
+    )
+    (tmp_path / "host.pem").write_text(issued.cert_pem)
+    (tmp_path / "host.key").write_text(issued.key_pem)
+    (tmp_path / "host.key").chmod(0o600)
+    new = tmp_path / "new" / "ca"
+    own = ["-e", "gpumon_tls=true", "-e", f"gpumon_tls_dir={new}",
+           "-e", f"gpumon_tls_ca_cert={tier / 'ca.crt'}",
+           "-e", f"gpumon_tls_cert={tmp_path / 'host.pem'}",
+           "-e", f"gpumon_tls_private_key={tmp_path / 'host.key'}",
+           "-e", f"gpumon_basic_auth_password={deployed.password}"]  # fmt: skip
+    before = ca_on_hosts(tlab)
+    inventory = str(tlab.inventory_path)
+    proc = gpumon("up", "-i", inventory, *own, env=env)
+    outputs += [proc.stdout, proc.stderr]
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "[tls-dir-unknown]" in proc.stderr and "metrics_store_password" in proc.stderr
+    assert "long-term store" in proc.stderr
+    assert not new.exists(), sorted(p.name for p in new.rglob("*"))
+    assert ca_on_hosts(tlab) == before
+
+    store = (tier / "metrics-store-password").read_text().strip()
+    check = gpumon("up", "-i", inventory, *own, "-e", f"metrics_store_password={store}",
+                   "--check", env=env)  # fmt: skip
+    outputs += [check.stdout, check.stderr]
+    assert "[tls-dir-unknown]" not in check.stderr, check.stderr[-3000:]
+    assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-3000:]
+    assert ca_on_hosts(tlab) == before
+    every_target_up(tlab)
+
+
 def test_a_renewal_of_every_certificate_restarts_nothing_and_leaves_no_gap(
     tlab, deployed, tls_vars, env, outputs
 ):
