@@ -12,7 +12,10 @@ boards without them (L40S: ``mig.mode.current`` is ``[N/A]``), ``Enabled`` on a 
 (nvidia-smi --query-gpu lists the physical GPU once, its MIG devices not at all), and the NVML
 mismatch of a host whose user-space driver was upgraded under a still-loaded older module:
 ``Failed to initialize NVML: Driver/library version mismatch`` then ``NVML library version:
-610.43`` on stdout, exit status 18 (driver-misc/nvidia-smi-mismatch.txt).
+610.43`` on stdout, exit status 18 (driver-misc/nvidia-smi-mismatch.txt). R610 calls the
+``driver_version`` query field deprecated ("use kmd_version instead", a field older branches do
+not know) and still answers the plain version with it (the H200 610.43.02 capture, proposed for
+../shared: tests/reality.py ``PROPOSED``), so one query serves every branch.
 
 ``GPUMON_PROCFS`` (default /proc) says where the host's /proc is, as for the roles' check scripts.
 """

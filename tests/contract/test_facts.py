@@ -29,6 +29,10 @@ H100_MIG = "nvidia_gpu_exporter/linux-x86_64__nvidia-h100-mig__590.48.01.txt"
 H200 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200__590.48.01.txt"
 H200_MIG = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200-mig__590.48.01.txt"
 L40S = "nvidia_gpu_exporter/linux-x86_64__nvidia-l40s__595.80.txt"
+# proposed for ../shared (tests/reality.py PROPOSED): their rows skip until they join it. R610's
+# --help-query-gpu calls driver_version "Deprecated; use kmd_version instead": still answered.
+H200_580 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200__580.173.02.txt"
+H200_610 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200__610.43.02.txt"
 MISMATCH = "driver-misc/nvidia-smi-mismatch.txt"
 PROC = "driver-misc/proc-driver-nvidia-version.txt"  # line 1: 515.76, line 2: 580.159.04
 
@@ -69,6 +73,8 @@ ROWS = [
     Row(H100_MIG,   "load",  2,     (H100_MIG_GPU,), ("H100",), "ok", "590.48.01", "580.159.04", True),
     Row(H200,       "idle",  None,  (H200_GPU,),     ("H200",), "ok", "590.48.01", None,         False),
     Row(H200_MIG,   "load",  None,  (H200_MIG_GPU,), ("H200",), "ok", "590.48.01", None,         False),
+    Row(H200_580,   "idle",  None,  (H200_GPU,),     ("H200",), "ok", "580.173.02", None,        False),
+    Row(H200_610,   "idle",  None,  (H200_GPU,),     ("H200",), "ok", "610.43.02", None,         False),
     Row(L40S,       "idle",  1,     (L40S_GPU,),     ("L40S",), "ok", "595.80",    "515.76",     True),
     Row(L40S,       "load",  None,  (L40S_GPU,),     ("L40S",), "ok", "595.80",    None,         False),
     Row(MISMATCH,   "idle",  2,     (),              (),     "error", None,        "580.159.04", True,
@@ -80,7 +86,8 @@ ROWS = [
 
 def row_id(r: Row) -> str:
     name = Path(r.smi).name if r.smi else "no-nvidia-smi"
-    source = name.split("__")[1] if "__" in name else Path(name).stem
+    parts = Path(name).stem.split("__")
+    source = f"{parts[1]}-{parts[2]}" if len(parts) == 3 else parts[0]
     return f"{source}-{r.run}-proc{r.proc_line}"
 
 
