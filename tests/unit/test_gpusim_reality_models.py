@@ -90,7 +90,7 @@ def test_query_gpu_reports_the_captured_constants(tmp_path: Path, debs, cap: Xml
 
 
 @pytest.mark.parametrize("cap", XMLS, ids=[x.model for x in XMLS])
-def test_q_before_r590_prints_the_captured_thresholds(tmp_path: Path, debs, cap: Xml) -> None:
+def test_q_before_r580_prints_the_captured_thresholds(tmp_path: Path, debs, cap: Xml) -> None:
     g = xml_gpu(cap.path)
     root = sim_host(tmp_path / "root", debs, smi_packages(cap.driver), cap.model, 1)
     q = smi(root, "-q")

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from deployer.lab.gpusim import apply_fault, build_packages
+from deployer.lab.gpusim.standins.smi_query import _BRANCH_FIELDS as BRANCH_FIELDS
 from deployer.lab.gpusim.standins.smi_query import field_table
+from tests.reality import PROPOSED
 from tests.unit.gpusim_captures import (
     csv_rows,
     csv_shape,
@@ -45,10 +47,11 @@ class Capture:
     persistence: bool
     mig: Any = None
     fabric: bool = False  # an HGX board whose fabric manager has finished ("Completed")
+    loaded: bool = True  # the capture ran a load too (its header: "load: none" when not)
 
     @property
     def id(self) -> str:
-        return self.path.split("__")[1]
+        return f"{self.path.split('__')[1]}-{self.captured_driver}"
 
 
 CAPTURES = [
@@ -61,6 +64,9 @@ CAPTURES = [
     Capture(NGE + "nvidia-h200-mig__590.48.01.txt", "H200", "590.48.01", "590.48.01", "13.1",
             True, {0: H200_MIG}, fabric=True),
     Capture(NGE + "nvidia-l40s__595.80.txt", "L40S", "595.45.04", "595.80", "13.2", False),
+    # proposed for ../shared (tests/reality.py PROPOSED): R580's -q, from its newest release
+    Capture(NGE + "nvidia-h200__580.173.02.txt", "H200", "580.126.20", "580.173.02", "13.0",
+            True, fabric=True, loaded=False),
 ]  # fmt: skip
 IDS = [c.id for c in CAPTURES]
 
@@ -128,6 +134,8 @@ def test_idle_table_has_the_captured_layout(tmp_path: Path, debs, cap: Capture) 
 
 @pytest.mark.parametrize("cap", CAPTURES, ids=IDS)
 def test_busy_table_lists_processes_as_captured(tmp_path: Path, debs, cap: Capture) -> None:
+    if not cap.loaded:
+        pytest.skip("the capture ran no load")
     _, real = section(cap.path, "load :: nvidia-smi (default table)")
     root = host(tmp_path, debs, cap)
     for p in processes(real):
@@ -184,12 +192,26 @@ def test_version_lines_are_the_captured_ones(tmp_path: Path, debs, cap: Capture)
     ]
 
 
-def test_every_simulated_query_field_is_one_real_nvidia_smi_lists() -> None:
-    _, helptext = section(CAPTURES[0].path, "capabilities :: help-query-gpu")
-    listed = set(re.findall(r'^"([^"]+)"', helptext, re.M)) | set(
+def listed_fields(cap: Capture) -> set[str]:
+    """The --query-gpu fields (and aliases) that a capture's ``--help-query-gpu`` lists."""
+    _, helptext = section(cap.path, "capabilities :: help-query-gpu")
+    return set(re.findall(r'^"([^"]+)"', helptext, re.M)) | set(
         re.findall(r'^"[^"]+" or "([^"]+)"', helptext, re.M)
     )
+
+
+def test_every_simulated_query_field_is_one_real_nvidia_smi_lists() -> None:
+    listed = set().union(*(listed_fields(cap) for cap in CAPTURES if cap.path not in PROPOSED))
     for canonical, (aliases, _unit, _fn) in field_table().items():
         assert canonical in listed, canonical
         for alias in aliases:
             assert alias in listed, alias
+
+
+@pytest.mark.parametrize("cap", CAPTURES, ids=IDS)
+def test_a_field_only_some_branches_know_is_known_where_the_capture_lists_it(cap) -> None:
+    listed = listed_fields(cap)
+    branch = int(cap.captured_driver.split(".")[0])
+    assert {f: known(branch) for f, known in BRANCH_FIELDS.items()} == {
+        f: f in listed for f in BRANCH_FIELDS
+    }

@@ -2,11 +2,13 @@
 and ``-pm``, answered from the host's described GPUs, its fault state and the loaded module.
 
 Every layout is the one real nvidia-smi prints (``../shared/gpu_reality_fixtures``:
-``nvidia_gpu_exporter/*__590.48.01.txt``, ``*l40s__595.80.txt``, with MIG in ``*-mig__*``): the
+``nvidia_gpu_exporter/*__590.48.01.txt``, ``*l40s__595.80.txt``, with MIG in ``*-mig__*``; R580's
+``-q`` from the H200 580.173.02 capture proposed for it, tests/reality.py ``PROPOSED``): the
 column widths of the table and its MIG devices block, ``-L`` with ``MIG <profile> Device N``
 lines, ``-q``'s sections and 55-column key width, the CSV's units, ``[N/A]`` (not supported) and
-``N/A`` (no sensor) forms. Driver releases 590 and later print ``-q`` thresholds as T.Limit margins
-(``GPU T.Limit Temp``); earlier ones print absolute thresholds. Fails like the real tool when the
+``N/A`` (no sensor) forms. What differs by branch is in ``smi_format`` (``tlimit_temps``: R580 and
+later print ``-q`` thresholds as T.Limit margins, ``GPU T.Limit Temp``; earlier ones absolute
+thresholds; ``r590_deprecations``; ``inactive_remaps``). Fails like the real tool when the
 driver is missing (exit 9) or when the user-space library was upgraded but the old module is still
 loaded (exit 18, "Driver/library version mismatch" on stdout).
 
@@ -21,13 +23,13 @@ import time
 
 if __package__:  # imported from the source tree (the tests, the package builder)
     from deployer.lab.gpusim.standins import common as c
-    from deployer.lab.gpusim.standins.smi_format import branch
+    from deployer.lab.gpusim.standins.smi_format import branch, tlimit_temps
     from deployer.lab.gpusim.standins.smi_query import query_apps, query_gpu
     from deployer.lab.gpusim.standins.smi_report import full_query
     from deployer.lab.gpusim.standins.smi_table import listing, table
 else:  # installed on a simulated host: the package ships gpusim_*.py
     import gpusim_common as c  # type: ignore[no-redef]
-    from gpusim_smi_format import branch  # type: ignore[no-redef]
+    from gpusim_smi_format import branch, tlimit_temps  # type: ignore[no-redef]
     from gpusim_smi_query import query_apps, query_gpu  # type: ignore[no-redef]
     from gpusim_smi_report import full_query  # type: ignore[no-redef]
     from gpusim_smi_table import listing, table  # type: ignore[no-redef]
@@ -145,7 +147,7 @@ def main(argv: list) -> int:
         sys.stdout.write(str(e) + "\n")
         return EXIT_NOT_FOUND
     driver = loaded["version"]
-    ctx = {"driver": driver, "branch": branch(driver), "tlimit": branch(driver) >= 590,
+    ctx = {"driver": driver, "branch": branch(driver), "tlimit": tlimit_temps(branch(driver)),
            "cuda": c.cuda_version(), "count": len(gpus), "now": time.time(),
            "persistence": c.persistence_enabled(), "fabric": c.fabric_state()}  # fmt: skip
     mode = opts["mode"]

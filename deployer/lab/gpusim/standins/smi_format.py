@@ -20,6 +20,33 @@ def branch(driver: str) -> int:
         return 0
 
 
+# What a driver branch's nvidia-smi prints differently, as the captures show it
+# (../shared/gpu_reality_fixtures/nvidia_gpu_exporter: H100/H200 590.48.01, L40S 595.80; the H200
+# 580.173.02 capture proposed for it, tests/reality.py PROPOSED). Each simulated branch takes the
+# layout of its captured release; before R580 no text capture exists
+# (docs/unverified.md#gpusim-smi-q-before-580).
+
+
+def tlimit_temps(branch: int) -> bool:
+    """-q gives temperature thresholds as margins to the T.Limit (``GPU Shutdown T.Limit
+    Temp : -8 C``): 580.173.02, 590.48.01 and 595.80 do."""
+    return branch >= 580
+
+
+def r590_deprecations(branch: int) -> bool:
+    """Application clocks and ``power.management`` answer "Requested functionality has been
+    deprecated", and -q prints ``EDPp Multiplier`` (``edpp_multiplier`` is a query field): from
+    590.48.01 on; 580.173.02 prints the clocks and "Enabled", and has neither."""
+    return branch >= 590
+
+
+def inactive_remaps(branch: int) -> bool:
+    """-q's ``Inactive Correctable Error`` / ``Inactive Uncorrectable Error`` rows and the fabric
+    health's ``Partition Assigned`` (and their query fields): 580.173.02 and 595.80 print them,
+    590.48.01 (an older release) does not, so the release decides, not the branch number."""
+    return branch == 580 or branch >= 595
+
+
 def ctime(t: float | None = None) -> str:
     """``Tue Jul 14 09:00:27 2026`` / ``Fri Jul  3 08:33:38 2026`` (day padded with a space)."""
     lt = time.localtime(t)

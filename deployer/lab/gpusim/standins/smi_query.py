@@ -13,6 +13,8 @@ if __package__:  # imported from the source tree (the tests, the package builder
         NO_SENSOR,
         csv_timestamp,
         hopper,
+        inactive_remaps,
+        r590_deprecations,
         remap_banks,
     )
 else:  # installed on a simulated host: the package ships gpusim_*.py
@@ -23,6 +25,8 @@ else:  # installed on a simulated host: the package ships gpusim_*.py
         NO_SENSOR,
         csv_timestamp,
         hopper,
+        inactive_remaps,
+        r590_deprecations,
         remap_banks,
     )
 
@@ -33,8 +37,9 @@ else:  # installed on a simulated host: the package ships gpusim_*.py
 def field_table() -> dict:
     """canonical field -> (aliases, header unit or None, fn(gpu, sample, ctx) -> (with, without)).
 
-    Names and aliases as ``nvidia-smi --help-query-gpu`` of R590 lists them; the header always
-    names the canonical field, with its unit even under ``nounits`` (netdata's tesla-p100.csv).
+    Names and aliases as ``nvidia-smi --help-query-gpu`` of R590 and R595 list them (those only
+    some branches know: ``_BRANCH_FIELDS``); the header always names the canonical field, with
+    its unit even under ``nounits`` (netdata's tesla-p100.csv).
     """
 
     def plain(fn):
@@ -141,6 +146,8 @@ def field_table() -> dict:
             remap, plain(lambda g, s, x: s["correctable_remapped_rows"]))),
         "remapped_rows.uncorrectable": (("remapped_rows.dbe",), None, na_unless(
             remap, plain(lambda g, s, x: s["uncorrectable_remapped_rows"]))),
+        **{f"remapped_rows.{k}_inactive": ((), None, na_unless(remap, plain(lambda g, s, x: 0)))
+           for k in ("correctable", "uncorrectable")},
         "remapped_rows.pending": ((), None, na_unless(
             remap, plain(lambda g, s, x: "Yes" if s["row_remap_pending"] else "No"))),
         "remapped_rows.failure": ((), None, na_unless(
@@ -220,16 +227,19 @@ def field_table() -> dict:
         **{f"remapped_rows.histogram.{k}": ((), None, lambda g, s, x: (
             ("0", "0") if g.get("row_remap") else (NA, NA))) for k in ("high", "partial", "low",
                                                                      "none")},
-        "power.management": ((), None, lambda g, s, x: (DEPRECATED, DEPRECATED)),
+        "power.management": ((), None, lambda g, s, x: (
+            (DEPRECATED,) * 2 if r590_deprecations(x["branch"]) else ("Enabled",) * 2)),
         **{f"module.{k}": ((), "W", lambda g, s, x: (NA, NA))
            for k in ("power.draw.average", "power.draw.instant", "power.limit",
                      "enforced.power.limit", "power.default_limit", "power.min_limit",
                      "power.max_limit")},
         "edpp_multiplier": ((), "%", lambda g, s, x: (
             ("100.00 %", "100.00") if hopper(g) else (NA, NA))),
-        **{f"clocks.{k}": ((), "MHz", lambda g, s, x: (DEPRECATED, DEPRECATED))
-           for k in ("applications.graphics", "applications.memory",
-                     "default_applications.graphics", "default_applications.memory")},
+        **{f"clocks.{k}": ((), "MHz", _application_clock(key))
+           for k, key in (("applications.graphics", "max_sm_clock"),
+                          ("applications.memory", "mem_clock"),
+                          ("default_applications.graphics", "max_sm_clock"),
+                          ("default_applications.memory", "mem_clock"))},
         "gsp.mode.current": ((), None, plain(lambda g, s, x: "Enabled")),
         "gsp.mode.default": ((), None, plain(lambda g, s, x: "Enabled")),
         "c2c.mode": ((), None, lambda g, s, x: ("Disabled",) * 2 if hopper(g) else (NA, NA)),
@@ -243,7 +253,8 @@ def field_table() -> dict:
             if x["fabric"][0] == "Completed" else "N/A")),
         **{f"fabric.health.{k}": ((), None, plain(lambda g, s, x: "N/A"))
            for k in ("summary", "bandwidth", "route_recovery_in_progress", "route_unhealthy",
-                     "access_timeout_recovery", "incorrect_configuration")},
+                     "access_timeout_recovery", "incorrect_configuration",
+                     "partition_assigned")},
         "platform.chassis_serial_number": ((), None, plain(lambda g, s, x: "")),
         "platform.slot_number": ((), None, plain(lambda g, s, x: 0)),
         "platform.tray_index": ((), None, plain(lambda g, s, x: 0)),
@@ -259,6 +270,27 @@ def field_table() -> dict:
     }  # fmt: skip
 
 
+def _application_clock(key: str):
+    """clocks.(default_)applications.*: deprecated from R590; before, the board's maximum."""
+
+    def f(g, s, x):
+        if r590_deprecations(x["branch"]):
+            return (DEPRECATED, DEPRECATED)
+        return (f"{g[key]} MHz", str(g[key]))
+
+    return f
+
+
+# Query fields only some branches' nvidia-smi knows (smi_format): asked elsewhere, the field is
+# refused as nvidia-smi refuses one it does not know.
+_BRANCH_FIELDS = {
+    "edpp_multiplier": r590_deprecations,
+    "remapped_rows.correctable_inactive": inactive_remaps,
+    "remapped_rows.uncorrectable_inactive": inactive_remaps,
+    "fabric.health.partition_assigned": inactive_remaps,
+}
+
+
 def ecc_detail(kind: str, when: str, where: str):
     """ecc.errors.<kind>.<when>.<where>: DRAM counts are the fault's, SRAM 0, the rest [N/A]."""
     if where in ("device_memory", "dram"):
@@ -269,9 +301,12 @@ def ecc_detail(kind: str, when: str, where: str):
     return lambda g, s, x: (NA, NA)
 
 
-def _resolve_fields(fields: list, table: dict) -> list:
+def _resolve_fields(fields: list, table: dict, branch: int) -> list:
     by_name = {}
     for canonical, (aliases, _u, _f) in table.items():
+        known = _BRANCH_FIELDS.get(canonical)
+        if known is not None and not known(branch):
+            continue
         by_name[canonical] = canonical
         for a in aliases:
             by_name[a] = canonical
@@ -285,7 +320,7 @@ def _resolve_fields(fields: list, table: dict) -> list:
 
 def query_gpu(fields: list, gpus: list, st: dict, ctx: dict, noheader: bool, nounits: bool) -> str:
     table = field_table()
-    names = _resolve_fields(fields, table)
+    names = _resolve_fields(fields, table, ctx["branch"])
     lines = []
     if not noheader:
         heads = []

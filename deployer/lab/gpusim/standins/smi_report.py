@@ -1,13 +1,27 @@
 """SIMULATED ``nvidia-smi -q``: the report's sections and its 55-column key width, by driver
-branch (R590 and later print thresholds as T.Limit margins; see ``nvidia_smi.py``).
+branch (``smi_format``: R580 and later print thresholds as T.Limit margins; see ``nvidia_smi.py``).
 """
 
 if __package__:  # imported from the source tree (the tests, the package builder)
     from deployer.lab.gpusim.standins import common as c
-    from deployer.lab.gpusim.standins.smi_format import KEY_WIDTH, ctime, hopper, remap_banks
+    from deployer.lab.gpusim.standins.smi_format import (
+        KEY_WIDTH,
+        ctime,
+        hopper,
+        inactive_remaps,
+        r590_deprecations,
+        remap_banks,
+    )
 else:  # installed on a simulated host: the package ships gpusim_*.py
     import gpusim_common as c  # type: ignore[no-redef]
-    from gpusim_smi_format import KEY_WIDTH, ctime, hopper, remap_banks  # type: ignore[no-redef]
+    from gpusim_smi_format import (  # type: ignore[no-redef]
+        KEY_WIDTH,
+        ctime,
+        hopper,
+        inactive_remaps,
+        r590_deprecations,
+        remap_banks,
+    )
 
 
 # --- -q ---------------------------------------------------------------------------------------
@@ -31,7 +45,7 @@ def _temps(r: Report, g: dict, s: dict, tlimit: bool) -> None:
     r.kv(2, "GPU Current Temp", f"{s['gpu_temp']} C")
     top = g.get("gpu_max_op_temp")
     mem = s["memory_temp"]
-    if tlimit:  # R590: thresholds as margins to the T.Limit (the max operating temperature)
+    if tlimit:  # R580 on: thresholds as margins to the T.Limit (the max operating temperature)
         r.kv(2, "GPU T.Limit Temp", "N/A" if top is None else f"{top - s['gpu_temp']} C")
         ref = top if top is not None else g["slowdown_temp"]
         r.kv(2, "GPU Shutdown T.Limit Temp", f"{ref - g['shutdown_temp']} C")
@@ -40,7 +54,7 @@ def _temps(r: Report, g: dict, s: dict, tlimit: bool) -> None:
         r.kv(2, "GPU Target Temperature", "N/A")
         r.kv(2, "Memory Current Temp", "N/A" if mem is None else f"{mem} C")
         r.kv(2, "Memory Max Operating T.Limit Temp", "N/A" if mem is None else "0 C")
-    else:  # docs/unverified.md#gpusim-smi-q-before-590
+    else:  # docs/unverified.md#gpusim-smi-q-before-580
         r.kv(2, "GPU Shutdown Temp", f"{g['shutdown_temp']} C")
         r.kv(2, "GPU Slowdown Temp", f"{g['slowdown_temp']} C")
         r.kv(2, "GPU Max Operating Temp", "N/A" if top is None else f"{top} C")
@@ -110,10 +124,10 @@ def _ecc(r: Report, g: dict, s: dict) -> None:
         return
     r.head(1, "Remapped Rows")
     r.kv(2, "Correctable Error", s["correctable_remapped_rows"])
-    if branch_of(r) >= 595:
+    if inactive_remaps(branch_of(r)):
         r.kv(2, "Inactive Correctable Error", 0)
     r.kv(2, "Uncorrectable Error", s["uncorrectable_remapped_rows"])
-    if branch_of(r) >= 595:
+    if inactive_remaps(branch_of(r)):
         r.kv(2, "Inactive Uncorrectable Error", 0)
     r.kv(2, "Pending", "Yes" if s["row_remap_pending"] else "No")
     r.kv(2, "Remapping Failure Occurred", "Yes" if s["row_remap_failure"] else "No")
@@ -284,16 +298,22 @@ def _gpu_report(r: Report, g: dict, st: dict, ctx: dict) -> None:
     r.head(1, "Workload Power Profiles")
     r.kv(2, "Requested Profiles", na)
     r.kv(2, "Enforced Profiles", na)
-    r.kv(1, "EDPp Multiplier", "100.00%" if hopper else na)
+    if r590_deprecations(ctx["branch"]):
+        r.kv(1, "EDPp Multiplier", "100.00%" if hopper else na)
     r.head(1, "Clocks")
     r.kv(2, "Graphics", f"{s['sm_clock']} MHz")
     r.kv(2, "SM", f"{s['sm_clock']} MHz")
     r.kv(2, "Memory", f"{s['mem_clock']} MHz")
     r.kv(2, "Video", f"{s['video_clock']} MHz")
+    deprecated = "Requested functionality has been deprecated"
     for block in ("Applications Clocks", "Default Applications Clocks"):
         r.head(1, block)
-        r.kv(2, "Graphics", "Requested functionality has been deprecated")
-        r.kv(2, "Memory", "Requested functionality has been deprecated")
+        if r590_deprecations(ctx["branch"]):
+            r.kv(2, "Graphics", deprecated)
+            r.kv(2, "Memory", deprecated)
+        else:  # the default application clocks: the boards' maximum clocks
+            r.kv(2, "Graphics", f"{g['max_sm_clock']} MHz")
+            r.kv(2, "Memory", f"{g['mem_clock']} MHz")
     r.head(1, "Deferred Clocks")
     r.kv(2, "Memory", na)
     r.head(1, "Max Clocks")
@@ -315,7 +335,7 @@ def _gpu_report(r: Report, g: dict, st: dict, ctx: dict) -> None:
     r.head(2, "Health")
     health = ["Summary", "Bandwidth", "Route Recovery in progress", "Route Unhealthy",
               "Access Timeout Recovery", "Incorrect Configuration"]  # fmt: skip
-    if ctx["branch"] >= 595:
+    if inactive_remaps(ctx["branch"]):
         health.append("Partition Assigned")
     for key in health:
         r.kv(3, key, na)
