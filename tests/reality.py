@@ -35,16 +35,29 @@ def inventory_corpus_dir() -> Path:
     return shared_dir() / "ansible_inventory_corpus"
 
 
-# Real captures found in public repositories and proposed for ../shared (each named, with its
-# repository, path and commit, in the closing note that found it): a test row of one skips,
-# saying so, until the capture has joined the shared folder, and then runs like any other.
+# Real captures found in public material and proposed for ../shared (each named, with where it
+# comes from, in the closing note that found it), by their future path there: a test row of one
+# skips, naming its origin, until the capture has joined the shared folder, then runs like any
+# other.
 _NGE_FOUND = "utkuozdemir/nvidia_gpu_exporter internal/captures/{} @ 18a7dc5a4958bed2161a23188c1a5cf280dff31b"
 PROPOSED = {
-    f"nvidia_gpu_exporter/{name}": _NGE_FOUND.format(name)
-    for name in (
-        "linux-x86_64__nvidia-h200__580.173.02.txt",  # R580's -q; no load run
-        "linux-x86_64__nvidia-h200__610.43.02.txt",  # R610: driver_version deprecated, answered
-    )
+    "dcgmi/diag-r2__dcgm-4.4.2__a10g.txt": (
+        "`dcgmi diag -r 2 -i 0`, DCGM 4.4.2, driver 580.105.08, GPU device id 2237 (A10G), all "
+        "pass: NVIDIA/DCGM issue #124 (https://github.com/NVIDIA/DCGM/issues/124), comment of "
+        "jiayelamazon, 2026-01-28 (search index id 70723130662)"
+    ),
+    "dcgmi/diag-r1__dcgm-3.1.8__h200x8.txt": (
+        "`dcgmi diag -r 1`, DCGM 3.1.8, driver 550.127.08, 8x H200 (2335), Persistence Mode "
+        "Fail with its Error message: an Azure HPC guide 'Update Nvidia Linux driver on Debian "
+        "10.13 ... for use with H200' (search index id 19926464626)"
+    ),
+    **{
+        f"nvidia_gpu_exporter/{name}": _NGE_FOUND.format(name)
+        for name in (
+            "linux-x86_64__nvidia-h200__580.173.02.txt",  # R580's -q; no load run
+            "linux-x86_64__nvidia-h200__610.43.02.txt",  # R610: driver_version deprecated
+        )
+    },
 }
 
 
@@ -57,7 +70,7 @@ def capture(relpath: str) -> Path:
     path = gpu_captures_dir() / relpath
     if not path.is_file():
         if relpath in PROPOSED:
-            pytest.skip(f"proposed capture not in ../shared yet: {PROPOSED[relpath]}")
+            pytest.skip(f"real capture {relpath} not in ../shared yet; origin: {PROPOSED[relpath]}")
         if not gpu_captures_dir().is_dir():
             pytest.skip(f"real GPU captures not found: {gpu_captures_dir()} (set {SHARED_ENV})")
         raise FileNotFoundError(f"no real capture {relpath} under {gpu_captures_dir()}")

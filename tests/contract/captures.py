@@ -97,30 +97,10 @@ def capture_sections(relpath: str) -> dict[str, str]:
     return sections(capture_text(relpath))
 
 
-# Real captures found in public material that are not (yet) in ../shared: the rows that read them
-# skip, naming where the capture comes from, until the file is there.
-PROPOSED = {
-    "dcgmi/diag-r2__dcgm-4.4.2__a10g.txt": (
-        "`dcgmi diag -r 2 -i 0`, DCGM 4.4.2, driver 580.105.08, GPU device id 2237 (A10G), all "
-        "pass: NVIDIA/DCGM issue #124 (https://github.com/NVIDIA/DCGM/issues/124), comment of "
-        "jiayelamazon, 2026-01-28 (search index id 70723130662)"
-    ),
-    "dcgmi/diag-r1__dcgm-3.1.8__h200x8.txt": (
-        "`dcgmi diag -r 1`, DCGM 3.1.8, driver 550.127.08, 8x H200 (2335), Persistence Mode "
-        "Fail with its Error message: an Azure HPC guide 'Update Nvidia Linux driver on Debian "
-        "10.13 ... for use with H200' (search index id 19926464626)"
-    ),
-}
-
-
 def proposed_capture(relpath: str):
-    """A capture of PROPOSED by its future path under ../shared/gpu_reality_fixtures (or
-    tests/fixtures/gpu_reality); skips, naming its origin, while it is not there."""
-    import pytest
+    """A capture of ``tests.reality.PROPOSED`` by its future path (skips, naming its origin,
+    while it is not in ../shared)."""
+    from tests.reality import PROPOSED, capture
 
-    from tests.reality import OWN_CAPTURES, gpu_captures_dir
-
-    for folder in (OWN_CAPTURES, gpu_captures_dir()):
-        if (folder / relpath).is_file():
-            return folder / relpath
-    pytest.skip(f"real capture {relpath} not in ../shared yet; origin: {PROPOSED[relpath]}")
+    assert relpath in PROPOSED, relpath
+    return capture(relpath)
