@@ -23,13 +23,13 @@ import time
 
 if __package__:  # imported from the source tree (the tests, the package builder)
     from deployer.lab.gpusim.standins import common as c
-    from deployer.lab.gpusim.standins.smi_format import branch, tlimit_temps
+    from deployer.lab.gpusim.standins.smi_format import branch
     from deployer.lab.gpusim.standins.smi_query import query_apps, query_gpu
     from deployer.lab.gpusim.standins.smi_report import full_query
     from deployer.lab.gpusim.standins.smi_table import listing, table
 else:  # installed on a simulated host: the package ships gpusim_*.py
     import gpusim_common as c  # type: ignore[no-redef]
-    from gpusim_smi_format import branch, tlimit_temps  # type: ignore[no-redef]
+    from gpusim_smi_format import branch  # type: ignore[no-redef]
     from gpusim_smi_query import query_apps, query_gpu  # type: ignore[no-redef]
     from gpusim_smi_report import full_query  # type: ignore[no-redef]
     from gpusim_smi_table import listing, table  # type: ignore[no-redef]
@@ -147,7 +147,7 @@ def main(argv: list) -> int:
         sys.stdout.write(str(e) + "\n")
         return EXIT_NOT_FOUND
     driver = loaded["version"]
-    ctx = {"driver": driver, "branch": branch(driver), "tlimit": tlimit_temps(branch(driver)),
+    ctx = {"driver": driver, "branch": branch(driver),
            "cuda": c.cuda_version(), "count": len(gpus), "now": time.time(),
            "persistence": c.persistence_enabled(), "fabric": c.fabric_state()}  # fmt: skip
     mode = opts["mode"]

@@ -11,6 +11,7 @@ if __package__:  # imported from the source tree (the tests, the package builder
         inactive_remaps,
         r590_deprecations,
         remap_banks,
+        tlimit_temps,
     )
 else:  # installed on a simulated host: the package ships gpusim_*.py
     import gpusim_common as c  # type: ignore[no-redef]
@@ -21,6 +22,7 @@ else:  # installed on a simulated host: the package ships gpusim_*.py
         inactive_remaps,
         r590_deprecations,
         remap_banks,
+        tlimit_temps,
     )
 
 
@@ -40,12 +42,12 @@ class Report:
         self.lines.append(" " * (4 * level) + key)
 
 
-def _temps(r: Report, g: dict, s: dict, tlimit: bool) -> None:
+def _temps(r: Report, g: dict, s: dict, branch: int) -> None:
     r.head(1, "Temperature")
     r.kv(2, "GPU Current Temp", f"{s['gpu_temp']} C")
     top = g.get("gpu_max_op_temp")
     mem = s["memory_temp"]
-    if tlimit:  # R580 on: thresholds as margins to the T.Limit (the max operating temperature)
+    if tlimit_temps(branch):  # margins to the T.Limit (the max operating temperature)
         r.kv(2, "GPU T.Limit Temp", "N/A" if top is None else f"{top - s['gpu_temp']} C")
         ref = top if top is not None else g["slowdown_temp"]
         r.kv(2, "GPU Shutdown T.Limit Temp", f"{ref - g['shutdown_temp']} C")
@@ -92,7 +94,7 @@ def _mig_devices(r: Report, g: dict, s: dict) -> None:
             r.kv(3, "Free", f"{gi['bar1_mib']} MiB")
 
 
-def _ecc(r: Report, g: dict, s: dict) -> None:
+def _ecc(r: Report, g: dict, s: dict, branch: int) -> None:
     r.head(1, "ECC Errors")
     for part in ("Volatile", "Aggregate"):
         dbe = s["ecc_dbe_vol"] if part == "Volatile" else s["ecc_dbe_agg"]
@@ -124,20 +126,16 @@ def _ecc(r: Report, g: dict, s: dict) -> None:
         return
     r.head(1, "Remapped Rows")
     r.kv(2, "Correctable Error", s["correctable_remapped_rows"])
-    if inactive_remaps(branch_of(r)):
+    if inactive_remaps(branch):
         r.kv(2, "Inactive Correctable Error", 0)
     r.kv(2, "Uncorrectable Error", s["uncorrectable_remapped_rows"])
-    if inactive_remaps(branch_of(r)):
+    if inactive_remaps(branch):
         r.kv(2, "Inactive Uncorrectable Error", 0)
     r.kv(2, "Pending", "Yes" if s["row_remap_pending"] else "No")
     r.kv(2, "Remapping Failure Occurred", "Yes" if s["row_remap_failure"] else "No")
     r.head(2, "Bank Remap Availability Histogram")
     for key, v in (("Max", remap_banks(g)), ("High", 0), ("Partial", 0), ("Low", 0), ("None", 0)):
         r.kv(3, key, f"{v} bank(s)")
-
-
-def branch_of(r: Report) -> int:
-    return getattr(r, "branch", 0)
 
 
 def _gpu_report(r: Report, g: dict, st: dict, ctx: dict) -> None:
@@ -277,8 +275,8 @@ def _gpu_report(r: Report, g: dict, st: dict, ctx: dict) -> None:
     r.head(1, "ECC Mode")
     r.kv(2, "Current", "Enabled")
     r.kv(2, "Pending", "Enabled")
-    _ecc(r, g, s)
-    _temps(r, g, s, ctx["tlimit"])
+    _ecc(r, g, s, ctx["branch"])
+    _temps(r, g, s, ctx["branch"])
     r.head(1, "GPU Power Readings")
     r.kv(2, "Average Power Draw", f"{s['power_w']:.2f} W")
     r.kv(2, "Instantaneous Power Draw", f"{s['power_w']:.2f} W")
@@ -358,7 +356,6 @@ def _gpu_report(r: Report, g: dict, st: dict, ctx: dict) -> None:
 
 def full_query(gpus: list, st: dict, ctx: dict) -> str:
     r = Report()
-    r.branch = ctx["branch"]  # type: ignore[attr-defined]
     r.lines += ["", "==============NVSMI LOG==============", ""]
     r.kv(0, "Timestamp", ctime(ctx["now"]))
     r.kv(0, "Driver Version", ctx["driver"])
