@@ -91,6 +91,12 @@ def query(text: str, run: str, fields: list[str], *, header: bool, units: bool) 
     return "\n".join(out) + ("\n" if out else "")
 
 
+def help_fields(helptext: str) -> set[str]:
+    """The field names (each name and its alias) that ``nvidia-smi --help-query-*`` lists."""
+    names = re.findall(r'^"([^"]+)"(?: or "([^"]+)")?', helptext, re.M)
+    return {n for pair in names for n in pair if n}
+
+
 def capture_sections(relpath: str) -> dict[str, str]:
     from tests.reality import capture_text
 

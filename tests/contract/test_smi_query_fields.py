@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.contract.captures import section
+from tests.contract.captures import help_fields, section
 from tests.reality import REPO, capture_text
 
 HELP_CAPTURES = [
@@ -50,9 +50,7 @@ def product_queries() -> dict[str, set[str]]:
 
 def listed(relpath: str, sectioned: bool) -> set[str]:
     text = capture_text(relpath)
-    helptext = section(text, "capabilities :: help-query-gpu") if sectioned else text
-    names = re.findall(r'^"([^"]+)"(?: or "([^"]+)")?', helptext, re.M)
-    return {n for pair in names for n in pair if n}
+    return help_fields(section(text, "capabilities :: help-query-gpu") if sectioned else text)
 
 
 def test_the_product_s_queries_are_found():

@@ -18,6 +18,7 @@ import pytest
 from deployer.lab.gpusim import apply_fault, build_packages
 from deployer.lab.gpusim.standins.smi_query import _BRANCH_FIELDS as BRANCH_FIELDS
 from deployer.lab.gpusim.standins.smi_query import field_table
+from tests.contract.captures import help_fields
 from tests.reality import PROPOSED
 from tests.unit.gpusim_captures import (
     csv_rows,
@@ -194,10 +195,7 @@ def test_version_lines_are_the_captured_ones(tmp_path: Path, debs, cap: Capture)
 
 def listed_fields(cap: Capture) -> set[str]:
     """The --query-gpu fields (and aliases) that a capture's ``--help-query-gpu`` lists."""
-    _, helptext = section(cap.path, "capabilities :: help-query-gpu")
-    return set(re.findall(r'^"([^"]+)"', helptext, re.M)) | set(
-        re.findall(r'^"[^"]+" or "([^"]+)"', helptext, re.M)
-    )
+    return help_fields(section(cap.path, "capabilities :: help-query-gpu")[1])
 
 
 def test_every_simulated_query_field_is_one_real_nvidia_smi_lists() -> None:
