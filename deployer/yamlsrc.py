@@ -6,6 +6,7 @@ inline ``!vault`` value is refused, naming vault and what to do instead."""
 from __future__ import annotations
 
 import copy
+import re
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,8 @@ _FastLoader: Any = (
 
 
 class _NotPlain(Exception):
-    """The text uses YAML that :func:`_build_from_events` leaves to the full loader."""
+    """The text uses YAML that :func:`_build_from_lines` or :func:`_build_from_events` leaves to
+    the next reader down (the event builder, then the full loader)."""
 
 
 _TAG = "tag:yaml.org,2002:"
@@ -227,12 +229,186 @@ def _build_from_events(text: str, source: str) -> Any:
 _NO_KEY = object()
 
 
+# The shapes :func:`_build_from_lines` reads, each a subset of YAML's own (YAML 1.1 §9.1.3 plain
+# scalars, §9.1.1-2 quoted, §10.2.1 flow mappings, §10.2.2 block mappings): a key is a plain
+# scalar of these characters (no indicator first, never ":", "#", a space or a flow indicator
+# within); a value is such a plain scalar (a "-" first only before another character, so never a
+# sequence entry), a one-line quoted scalar with no escape, or a one-line flow mapping of those.
+_KEY = r"[A-Za-z0-9_/~+=][A-Za-z0-9_./+~=@%-]*"
+_PLAIN = r"(?:[A-Za-z0-9_./+~=]|-(?=[A-Za-z0-9_./+~=@%-]))[A-Za-z0-9_./+~=@%-]*"
+# one line of printable ASCII: no closing quote within, nor a "\" in double quotes (no escapes)
+_QUOTED = r"\"[ !#-\[\]-~]*\"|'[ -&(-~]*'"
+_SCALAR = f"{_QUOTED}|{_PLAIN}"
+_ITEM = rf"(?:{_KEY}): +(?:{_SCALAR})"
+_FLOW = rf"\{{ *(?:{_ITEM}(?: *, *{_ITEM})*)? *\}}"
+_COMMENT = r"(?: +#.*)?"
+# indent, key, then a one-key flow mapping's key and value (the line of a host with its address),
+# or any other value
+_LINE = re.compile(
+    rf"( *)({_KEY}):(?: +(?:\{{ *({_KEY}): +({_SCALAR}) *\}}|({_SCALAR}|{_FLOW})))? *{_COMMENT}",
+    re.ASCII,
+)
+_FLOW_ITEMS = re.compile(rf"({_KEY}): +({_SCALAR})", re.ASCII)
+_BLANK_OR_COMMENT = re.compile(r" *(?:#.*)?", re.ASCII)
+# What YAML reads as a line break or refuses (YAML 1.1 §5.1, §5.4: printable characters, breaks
+# \r, \x85, \u2028, \u2029) anywhere, comments included: the text is ASCII with "\n" breaks only.
+_NOT_LINES = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]")
+# libyaml's limit on an implicit key (1,024 characters), kept by no line being that long
+_MAX_LINE = 1000
+
+
+def _build_from_lines(text: str, source: str) -> Any:
+    """The document built straight from the text's lines, for what a large inventory is made of:
+    block mappings of plain keys whose values are plain or simply quoted scalars, or one-line
+    flow mappings of those (``gpu000123: {ansible_host: 10.0.0.123}``), comments and a leading
+    ``---``. It gives what :func:`_build_from_events` gives (values by the same resolution,
+    ``SourceDict`` lines), without libyaml's event per token (a third of the time of reading a
+    large inventory: bench/README.md). Any line of another shape (a sequence, a block scalar, a
+    multi-line flow, a tag, an anchor, a quote with an escape, a tab, a character outside ASCII)
+    and anything YAML refuses (an indentation no open mapping has, a duplicate key) raises
+    ``_NotPlain``: the event builder reads the text, or the full loader gives its error."""
+    if not text.isascii() or _NOT_LINES.search(text):
+        raise _NotPlain
+    helper = _Loader("")  # PyYAML's scalar constructors and implicit resolvers, as above
+    by_first = helper.yaml_implicit_resolvers
+    any_first = by_first.get(None, [])
+    if helper.yaml_path_resolvers:
+        raise _NotPlain
+    plain: dict[str, Any] = {}  # each distinct plain scalar's value
+
+    def resolve(value: str) -> Any:
+        """A plain scalar's value, as the event builder resolves it."""
+        tag = _STR_TAG
+        for candidate, pattern in chain(by_first.get(value[:1], ()), any_first):
+            if pattern.match(value):
+                tag = candidate
+                break
+        if tag == _STR_TAG:
+            known: Any = value
+        elif tag in _SCALAR_TAGS:
+            known = helper.yaml_constructors[tag](helper, yaml.ScalarNode(tag, value))
+        else:  # a merge key (<<), a value key (=)
+            raise _NotPlain
+        plain[value] = known
+        return known
+
+    no_key = _NO_KEY
+    match = _LINE.fullmatch
+    flow_items = _FLOW_ITEMS.findall
+    new_mapping = dict.__new__
+    root: Any = None
+    # The open block mappings, innermost last, and the indentation of each one's keys.
+    indents: list[int] = []
+    mappings: list[Any] = []
+    # A key with no value on its line: its value is the block mapping of the next, deeper line,
+    # else null.
+    waiting: Any = no_key
+    waiting_in: Any = None
+    waiting_indent = 0
+    started = False
+    number = 0
+    for line in text.split("\n"):
+        number += 1
+        m = match(line)
+        if m is None:
+            if _BLANK_OR_COMMENT.fullmatch(line):
+                continue
+            if not started and line.rstrip(" ") == "---":  # the document's start, explicit
+                started = True
+                continue
+            raise _NotPlain
+        started = True
+        if len(line) > _MAX_LINE:
+            raise _NotPlain
+        spaces, key_text, one_key, one_value, value_text = m.groups()
+        indent = len(spaces)
+        if waiting is not no_key:
+            if indent > waiting_indent:
+                block = new_mapping(SourceDict)
+                block.source, block.line, block.key_lines = source, number, {}
+                waiting_in[waiting] = block
+                indents.append(indent)
+                mappings.append(block)
+            waiting = no_key
+        if mappings:
+            while indent < indents[-1]:
+                indents.pop()
+                mappings.pop()
+                if not mappings:  # less indented than the document's first key
+                    raise _NotPlain
+            if indent != indents[-1]:
+                raise _NotPlain
+        elif root is None:
+            root = new_mapping(SourceDict)
+            root.source, root.line, root.key_lines = source, number, {}
+            indents.append(indent)
+            mappings.append(root)
+        else:
+            raise _NotPlain
+        current = mappings[-1]
+        key = plain.get(key_text, no_key)
+        if key is no_key:
+            key = resolve(key_text)
+        if key in current:
+            raise _NotPlain
+        current.key_lines[key] = number
+        if one_key is not None:  # {key: value}
+            value = new_mapping(SourceDict)
+            value.source, value.line = source, number
+            inner = plain.get(one_key, no_key)
+            if inner is no_key:
+                inner = resolve(one_key)
+            first = one_value[0]
+            if first == '"' or first == "'":
+                value[inner] = one_value[1:-1]
+            else:
+                known = plain.get(one_value, no_key)
+                value[inner] = resolve(one_value) if known is no_key else known
+            value.key_lines = {inner: number}
+        elif value_text is None:
+            value = None  # until a deeper line opens its block mapping
+            waiting, waiting_in, waiting_indent = key, current, indent
+        else:
+            first = value_text[0]
+            if first == "{":
+                value = new_mapping(SourceDict)
+                value.source, value.line = source, number
+                lines = value.key_lines = {}
+                for item_key, item_value in flow_items(value_text):
+                    inner = plain.get(item_key, no_key)
+                    if inner is no_key:
+                        inner = resolve(item_key)
+                    if inner in value:
+                        raise _NotPlain
+                    first = item_value[0]
+                    if first == '"' or first == "'":
+                        value[inner] = item_value[1:-1]
+                    else:
+                        known = plain.get(item_value, no_key)
+                        value[inner] = resolve(item_value) if known is no_key else known
+                    lines[inner] = number
+            elif first == '"' or first == "'":
+                value = value_text[1:-1]
+            else:
+                value = plain.get(value_text, no_key)
+                if value is no_key:
+                    value = resolve(value_text)
+        current[key] = value
+    if root is None:
+        raise _NotPlain
+    return root
+
+
 def load_yaml_text(text: str, source: str) -> Any:
     """Parse YAML text; syntax errors become InputError with the file and line. The cyclic GC
     is paused while the many small objects of a large file are built."""
     loader_cls = type("_SourceLoader", (_FastLoader,), {"source": source})
     try:
         with collector_paused():
+            try:
+                return _build_from_lines(text, source)
+            except _NotPlain:
+                pass
             if _CParser is not None:
                 try:
                     return _build_from_events(text, source)
