@@ -150,15 +150,16 @@ class LazyHostVars(Mapping[str, Any]):
             host = self._inventory.hosts.get(name)
             if host is None:
                 raise KeyError(name)
-            layers = (*self._layers[:-1], host.vars, self._layers[-1])
+            # The layers, top first: the run's overrides (when any), the host's, the defaults.
+            above, own, below = self._layers[0], host.vars, self._layers[-1]
             values = []
             for key in keys:
-                for layer in layers:
-                    value = layer.get(key, _MISSING)
-                    if value is not _MISSING:
-                        break
+                if above is not below and key in above:
+                    value = above[key]
                 else:
-                    value = None
+                    value = own.get(key, _MISSING)
+                    if value is _MISSING:
+                        value = below.get(key)
                 kind = type(value)
                 if not (
                     (kind is str and "{{" not in value and "{%" not in value) or kind in PLAIN_TYPES
