@@ -40,6 +40,19 @@ def test_layered_vars_read_as_the_merged_dict_in_its_order():
     assert len(view) == len(merged)
     assert "c" in view and "z" not in view
     assert view.get("z", "none") == "none"
+    keys = ("a", "b", "z", "c", "d")
+    assert view.get_many(keys, "none") == tuple(view.get(k, "none") for k in keys)
+
+
+def test_many_variables_read_at_once_are_each_one_read_alone_magic_ones_included(tmp_path):
+    inventory = _inventory(tmp_path)
+    defaults = {"port": 1, "role_default": "x"}
+    keys = ("port", "rack", "role_default", "inventory_hostname", "group_names", "missing")
+    for overrides in ({}, {"rack": "r9"}, {"rack": "r9", "inventory_hostname": "over"}):
+        for host in ("gpu01", "gpu02"):
+            view = inventory.layered_vars(host, defaults, overrides)
+            assert view.get_many(keys) == tuple(view.get(k) for k in keys)
+            assert view.get_many(keys, 0)[-1] == 0
 
 
 def test_a_hostvars_entry_holds_what_resolve_gives_with_its_own_name_and_hostvars(tmp_path):
