@@ -314,12 +314,7 @@ def exporter_plans(hosts: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, 
     by_identity: dict[tuple[int, ...], tuple[tuple[Any, ...], ExporterPlan]] = {}
     out = {}
     for host, variables in hosts:
-        get_many = getattr(variables, "get_many", None)  # the inventory's views have it
-        values = (
-            get_many(_SHARED_TEMPLATE_VARS, _ABSENT)
-            if get_many is not None
-            else tuple([variables.get(name, _ABSENT) for name in _SHARED_TEMPLATE_VARS])
-        )
+        values = version_plan.read_many(variables, _SHARED_TEMPLATE_VARS, _ABSENT)
         identity = tuple(map(id, values))
         seen = by_identity.get(identity)
         if seen is None:
