@@ -55,6 +55,9 @@ class _Labels:
         self._tier_labels: dict[str, dict[str, str]] = {}
         # What ``of`` reads of a host, in this order: the label variables, its tier, its address.
         self.reads = (*self.names, "scrape_tier", "ansible_host")
+        # The labels of the hosts of equal label values but their names (a rack's), with the
+        # JSON around the name (``target``); None where the labels do not carry the name alone.
+        self._shared: dict[tuple[str | None, ...], tuple[dict[str, str], str, str] | None] = {}
 
     def of(self, values: Sequence[Any], host: str) -> dict[str, str]:
         """The labels of ``host`` from its values of ``reads``."""
@@ -67,6 +70,29 @@ class _Labels:
         if tier is not None and str(tier) in self.tiers:
             labels.update(self._tier(str(tier)))
         return labels
+
+    def target(self, values: Sequence[Any], host: str, address: str) -> _HostTarget:
+        """``host``'s target, its labels (``of``) and their JSON (``_encode_group``) made from
+        those of the hosts with the same label values: a label is the text of its value, so
+        those hosts' labels differ in ``node`` alone, and the JSON is the same text around the
+        name's (encoding 100,000 hosts' labels whole was half of their targets file)."""
+        key = tuple([None if v is None else str(v) for v in values[:-1]])
+        shared = self._shared.get(key, _UNSEEN)
+        if shared is _UNSEEN:
+            shared = self._shared[key] = self._around_name(values)
+        if shared is None:
+            return _HostTarget(address, self.of(values, host))
+        labels, before, after = shared
+        return _HostTarget(address, {**labels, "node": host}, before + _encode_text(host) + after)
+
+    def _around_name(self, values: Sequence[Any]) -> tuple[dict[str, str], str, str] | None:
+        labels = self.of(values, _NAME_MARK)
+        if labels.get("node") is not _NAME_MARK:  # a label variable named node: its own value
+            return None
+        parts = _encode_group(labels).split(_ENCODED_NAME_MARK)
+        if len(parts) != 2:  # the mark in a value too
+            return None
+        return labels, parts[0], parts[1]
 
     def _tier(self, name: str) -> dict[str, str]:
         got = self._tier_labels.get(name)
@@ -215,9 +241,7 @@ def _labelled(variables: Mapping[str, Any], job: str) -> list[_HostTarget]:
         if got is None:
             values = read(h, reads)
             address = values[-1]
-            got = known[h] = _HostTarget(
-                h if address is None else str(address), labels.of(values, h)
-            )
+            got = known[h] = labels.target(values, h, h if address is None else str(address))
         out.append(got)
     return out
 
@@ -302,6 +326,10 @@ def targets_file(variables: Mapping[str, Any], job: str) -> str:
 
 
 _encode_text = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_UNSEEN: Any = object()
+# A host name no inventory has (NUL is no YAML character), told apart by identity, and its JSON
+_NAME_MARK = "\x00gpumon-node\x00"
+_ENCODED_NAME_MARK = _encode_text(_NAME_MARK)
 
 
 def common_cluster(variables: Mapping[str, Any], fallback: str) -> str:

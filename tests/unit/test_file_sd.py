@@ -181,6 +181,54 @@ def test_a_targets_file_is_its_groups_encoded_whatever_the_label_text():
             assert json.loads(text) == groups
 
 
+def test_hosts_of_equal_label_values_share_their_labels_and_each_keeps_its_own_name():
+    """Hosts whose label variables read the same (a rack's) are labelled and encoded from one
+    shared set, around each host's own name: each host's labels are what its own values give
+    (a label is its value's text: 1, True, "1" and 1.0 each their own), and the file is what
+    encoding each group whole gives, also for odd names, a label variable named ``node`` and a
+    value holding the text the names are encoded around."""
+    rack = {"rack": "r1", "gpu_model": "H100", "scrape_tier": "training"}
+    fleet = {
+        "gpu01": {**rack, "ansible_host": "10.0.0.11"},
+        "gpu02": {**rack},
+        'gpu"03\\ü': {**rack, "ansible_host": "fd00::13"},
+        "gpu04": {**rack, "rack": 1},
+        "gpu05": {**rack, "rack": True},
+        "gpu06": {**rack, "rack": "1"},
+        "gpu07": {**rack, "rack": 1.0},
+        "gpu08": {**rack, "cluster": "\x00gpumon-node\x00"},
+    }
+    for names in (None, ["cluster", "rack", "gpu_model", "node"]):
+        extra = {} if names is None else {"prometheus_target_label_vars": names}
+        gpus = {
+            **fleet,
+            "gpu09": {**rack, "node": "n9"},
+            "gpu10": {**rack, "node": "\x00gpumon-node\x00"},
+        }
+        hostvars = {**HOSTVARS, **gpus}
+        v = variables(hostvars=hostvars, groups={**GROUPS, "gpu": list(gpus)}, **extra)
+        own = file_sd._Labels(v)
+        for job in file_sd.LABELLED_JOBS:
+            groups = file_sd.job_targets(v, job)
+            members = file_sd.job_members(v, job)
+            assert len(groups) == len(members)
+            for host, g in zip(members, groups, strict=True):
+                values = tuple(hostvars[host].get(k) for k in own.reads)
+                assert g["labels"] == own.of(values, host), host
+            whole = [json.dumps(g, sort_keys=True) for g in groups]
+            assert file_sd.targets_file(v, job) == "[\n  " + ",\n  ".join(whole) + "\n]\n"
+        by = {
+            g["targets"][0].split(":9400")[0]: g["labels"] for g in file_sd.job_targets(v, "dcgm")
+        }
+        assert [by[h]["rack"] for h in ("gpu04", "gpu05", "gpu06", "gpu07")] == [
+            "1",
+            "True",
+            "1",
+            "1.0",
+        ]
+        assert by["gpu09"]["node"] == ("gpu09" if names is None else "n9")
+
+
 def test_generating_targets_leaves_the_garbage_collector_running():
     file_sd.file_sd_targets(variables())
     assert gc.isenabled()
