@@ -47,7 +47,8 @@ def _unique(hosts: Iterable[str]) -> list[str]:
 
 
 class _Labels:
-    """The labels of GPU-host targets, with the job's settings read once (not once per host)."""
+    """The labels of GPU-host targets, with the job's settings read once (not once per host),
+    and each host's target once made (``targets``: for every job and shard that scrapes it)."""
 
     def __init__(self, variables: Mapping[str, Any]) -> None:
         self.names = list(variables["prometheus_target_label_vars"])
@@ -55,9 +56,13 @@ class _Labels:
         self._tier_labels: dict[str, dict[str, str]] = {}
         # What ``of`` reads of a host, in this order: the label variables, its tier, its address.
         self.reads = (*self.names, "scrape_tier", "ansible_host")
+        self.targets: dict[str, _HostTarget] = {}
         # The labels of the hosts of equal label values but their names (a rack's), with the
         # JSON around the name (``target``); None where the labels do not carry the name alone.
         self._shared: dict[tuple[str | None, ...], tuple[dict[str, str], str, str] | None] = {}
+        # Kept to a bound: labels each host has its own of (a per-host label variable) would be
+        # held twice over, each in a shared set no other host reads.
+        self._most_shared = max(_SHARED_MIN, len(variables["hostvars"]) // 8)
 
     def of(self, values: Sequence[Any], host: str) -> dict[str, str]:
         """The labels of ``host`` from its values of ``reads``."""
@@ -79,6 +84,8 @@ class _Labels:
         key = tuple([None if v is None else str(v) for v in values[:-1]])
         shared = self._shared.get(key, _UNSEEN)
         if shared is _UNSEEN:
+            if len(self._shared) >= self._most_shared:
+                return _HostTarget(address, self.of(values, host))
             shared = self._shared[key] = self._around_name(values)
         if shared is None:
             return _HostTarget(address, self.of(values, host))
@@ -232,8 +239,8 @@ class _HostTarget:
 
 def _labelled(variables: Mapping[str, Any], job: str) -> list[_HostTarget]:
     hostvars = variables["hostvars"]
-    labels = _Labels(variables)
-    known = _host_labels(hostvars, labels)
+    labels = _labels_of(variables)
+    known = labels.targets
     read, reads = host_values.reader(hostvars), labels.reads
     out = []
     for h in job_members(variables, job):
@@ -248,19 +255,26 @@ def _labelled(variables: Mapping[str, Any], job: str) -> list[_HostTarget]:
 
 # Each GPU host's address and target labels, once per (hostvars, label settings): the dcgm and
 # node jobs of every shard label the same hosts, and each label is a lookup through the host's
-# variable layers (of 100,000 hosts' file_sd, half the time went to labelling each host twice).
-# The hostvars object is kept, so its id is not reused; the labels are shared, never changed.
-_HOST_LABELS: list[tuple[Any, list[str], Any, dict[str, _HostTarget]]] = []
+# variable layers (of 100,000 hosts' file_sd, half the time went to labelling each host twice),
+# and the hosts of a rack share their labels across shards (rendezvous hashing spreads a rack's
+# hosts over every shard). The hostvars object is kept, so its id is not reused; the labels are
+# shared, never changed.
+_LABELS: list[tuple[Any, _Labels]] = []
+# The shared label sets a run keeps at least (``_Labels``), however few its hosts
+_SHARED_MIN = 1024
 
 
-def _host_labels(hostvars: Mapping[str, Any], labels: _Labels) -> dict[str, _HostTarget]:
-    for hv, names, tiers, known in _HOST_LABELS:
-        if hv is hostvars and names == labels.names and tiers == labels.tiers:
-            return known
-    known: dict[str, _HostTarget] = {}
-    _HOST_LABELS.insert(0, (hostvars, labels.names, labels.tiers, known))
-    del _HOST_LABELS[4:]
-    return known
+def _labels_of(variables: Mapping[str, Any]) -> _Labels:
+    hostvars = variables["hostvars"]
+    names = list(variables["prometheus_target_label_vars"])
+    tiers = variables["prometheus_scrape_tiers"]
+    for hv, labels in _LABELS:
+        if hv is hostvars and labels.names == names and labels.tiers == tiers:
+            return labels
+    labels = _Labels(variables)
+    _LABELS.insert(0, (hostvars, labels))
+    del _LABELS[4:]
+    return labels
 
 
 def file_sd_targets(variables: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -311,7 +325,7 @@ def targets_file(variables: Mapping[str, Any], job: str) -> str:
     groups rendered. A GPU host's labels are encoded once for the dcgm and node jobs of every
     shard, and each group written around them as the encoder writes it (``"labels"`` sorts
     before ``"targets"``): encoding 200,000 groups whole was half of 100,000 hosts' targets
-    files. The hosts' labels (``_HOST_LABELS``) are kept for the run."""
+    files. The hosts' labels (``_LABELS``) are kept for the run."""
     with collector_paused(keep=True):
         if job not in LABELLED_JOBS:
             return render(_job_targets(variables, job))

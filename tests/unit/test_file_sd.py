@@ -181,12 +181,16 @@ def test_a_targets_file_is_its_groups_encoded_whatever_the_label_text():
             assert json.loads(text) == groups
 
 
-def test_hosts_of_equal_label_values_share_their_labels_and_each_keeps_its_own_name():
+@pytest.mark.parametrize("most_shared", [1024, 1], ids=["shared", "past-the-bound"])
+def test_hosts_of_equal_label_values_share_their_labels_and_each_keeps_its_own_name(
+    monkeypatch: pytest.MonkeyPatch, most_shared: int
+) -> None:
     """Hosts whose label variables read the same (a rack's) are labelled and encoded from one
     shared set, around each host's own name: each host's labels are what its own values give
     (a label is its value's text: 1, True, "1" and 1.0 each their own), and the file is what
-    encoding each group whole gives, also for odd names, a label variable named ``node`` and a
-    value holding the text the names are encoded around."""
+    encoding each group whole gives, also for odd names, a label variable named ``node``, a
+    value holding the text the names are encoded around, and past the bound on shared sets."""
+    monkeypatch.setattr(file_sd, "_SHARED_MIN", most_shared)
     rack = {"rack": "r1", "gpu_model": "H100", "scrape_tier": "training"}
     fleet = {
         "gpu01": {**rack, "ansible_host": "10.0.0.11"},
@@ -227,6 +231,7 @@ def test_hosts_of_equal_label_values_share_their_labels_and_each_keeps_its_own_n
             "1.0",
         ]
         assert by["gpu09"]["node"] == ("gpu09" if names is None else "n9")
+        assert len(file_sd._labels_of(v)._shared) <= max(most_shared, len(hostvars) // 8)
 
 
 def test_generating_targets_leaves_the_garbage_collector_running():
