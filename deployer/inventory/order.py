@@ -16,6 +16,7 @@ in order: the same wherever only one group of a level has children.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from typing import Protocol
 
 
@@ -50,12 +51,11 @@ def descendants_breadth_first(groups: Mapping[str, Group], name: str) -> list[st
 def member_order(
     groups: Mapping[str, Group], name: str, declared_in_all: Sequence[str] = ()
 ) -> list[str]:
-    """Every host of group ``name`` and its descendants, in Ansible's order."""
-    hosts: dict[str, None] = {}
+    """Every host of group ``name`` and its descendants, in Ansible's order: each where first
+    met (a dict keeps a key where it was first put)."""
+    met = chain.from_iterable(
+        groups[group].hosts for group in descendants_breadth_first(groups, name)
+    )
     if name == "all":
-        hosts.update(dict.fromkeys(declared_in_all))
-    for group in descendants_breadth_first(groups, name):
-        for host in groups[group].hosts:
-            if host not in hosts:
-                hosts[host] = None
-    return list(hosts)
+        met = chain(declared_in_all, met)
+    return list(dict.fromkeys(met))
