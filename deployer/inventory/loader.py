@@ -189,7 +189,11 @@ def _load_inventory(
     sets_password: dict[Membership, bool] = {}
     extra_sets_password = not _PASSWORD_VAR_NAMES.isdisjoint(extra)
     for name, draft_host in draft.hosts.items():
-        for found in (_secrets_in(draft_host.inline_vars), _secrets_in(draft_host.file_vars)):
+        # A host's own variables: its inventory line's, and its host_vars file's (most hosts
+        # have none: each check below skips the empty one).
+        inline, from_file = draft_host.inline_vars, draft_host.file_vars
+        for own_vars in (inline, from_file) if from_file else (inline,):
+            found = _secrets_in(own_vars)
             if found:
                 secrets.add(found)
         membership = member_groups[name]
@@ -203,8 +207,8 @@ def _load_inventory(
         templated = (
             group_templated
             or extra_templated
-            or has_connection_template(draft_host.inline_vars)
-            or has_connection_template(draft_host.file_vars)
+            or has_connection_template(inline)
+            or (bool(from_file) and has_connection_template(from_file))
         )
         if templated:
             rendered = render_connection_vars(
@@ -219,8 +223,8 @@ def _load_inventory(
             )
         # Hosts of one set of groups whose own variables set no connection variable but the
         # address, none a template, read the same shared values: once per membership.
-        own = sets_shared_connection_vars(draft_host.inline_vars) or sets_shared_connection_vars(
-            draft_host.file_vars
+        own = sets_shared_connection_vars(inline) or (
+            bool(from_file) and sets_shared_connection_vars(from_file)
         )
         same_as = None if templated or own else membership
         connection = specs.spec(name, rendered, origins, same_as)
@@ -234,8 +238,8 @@ def _load_inventory(
             )
         if (
             in_groups
-            or not _PASSWORD_VAR_NAMES.isdisjoint(draft_host.inline_vars)
-            or not _PASSWORD_VAR_NAMES.isdisjoint(draft_host.file_vars)
+            or not _PASSWORD_VAR_NAMES.isdisjoint(inline)
+            or (bool(from_file) and not _PASSWORD_VAR_NAMES.isdisjoint(from_file))
         ):
             for what in _unused_auth(variables):
                 if what != "become" or connection.become:
