@@ -12,10 +12,12 @@ boards without them (L40S: ``mig.mode.current`` is ``[N/A]``), ``Enabled`` on a 
 (nvidia-smi --query-gpu lists the physical GPU once, its MIG devices not at all), and the NVML
 mismatch of a host whose user-space driver was upgraded under a still-loaded older module:
 ``Failed to initialize NVML: Driver/library version mismatch`` then ``NVML library version:
-610.43`` on stdout, exit status 18 (driver-misc/nvidia-smi-mismatch.txt). R610 calls the
-``driver_version`` query field deprecated ("use kmd_version instead", a field older branches do
-not know) and still answers the plain version with it (the H200 610.43.02 capture, proposed for
-../shared: tests/reality.py ``PROPOSED``), so one query serves every branch.
+610.43`` on stdout, exit status 18 (driver-misc/nvidia-smi-mismatch.txt). From R595 the
+``driver_version`` query field is deprecated ("use kmd_version instead", a field R580 and R590 do
+not know) and still answered, with the same version as ``kmd_version`` (the L40S 595.80 capture:
+``595.80, 595.80``; the H200 610.43.02 one, proposed for ../shared: tests/reality.py
+``PROPOSED``), so one query serves every branch; a driver that refuses it is asked for
+``kmd_version`` in its place (``REFUSED_DRIVER_VERSION``).
 
 ``GPUMON_PROCFS`` (default /proc) says where the host's /proc is, as for the roles' check scripts.
 """
@@ -74,6 +76,10 @@ echo '@@smi'
 if command -v nvidia-smi >/dev/null 2>&1; then
   out=$(nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id,mig.mode.current,driver_version --format=csv,noheader,nounits 2>&1)
   rc=$?
+  case $out in @REFUSED_DRIVER_VERSION@)
+    out=$(nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id,mig.mode.current,kmd_version --format=csv,noheader,nounits 2>&1)
+    rc=$? ;;
+  esac
   printf '%s\n' "$out"
   echo "@@smi_rc"; echo "rc=$rc"
 else
@@ -104,11 +110,18 @@ for x in "$procfs"/driver/nvidia-nvswitch/devices/*; do [ -e "$x" ] && n=$((n+1)
 echo "$n"
 true
 """
+# nvidia-smi refusing a --query-gpu field its driver does not know: on stdout, exit 2
+# (CoHDI/composable-resource-operator#37, a real run: 'Field "device_minor" is not a valid field to
+# query.'). R595 and R610 deprecate driver_version for kmd_version and answer both alike (the
+# captures above); a driver that drops it is asked for kmd_version in its place, the same column
+# (docs/unverified.md#nvidia-smi-without-driver-version). A shell case pattern.
+REFUSED_DRIVER_VERSION = """*'Field "driver_version" is not a valid field to query.'*"""
 FACTS_SCRIPT = (
     FACTS_SCRIPT.replace("@STATUS_NAMES@", " ".join(f"-e 'Package: {n}'" for n in _DPKG_NAMES))
     .replace("@DPKG_PATTERNS@", " ".join(f"'{n}*'" for n in _DPKG_NAMES))
     .replace("@HOST_CA_FILE@", HOST_CA_FILE)
     .replace("@NATIVE_ARCH_SCRIPT@", NATIVE_ARCH_SCRIPT)
+    .replace("@REFUSED_DRIVER_VERSION@", REFUSED_DRIVER_VERSION)
 )
 
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Wed Apr 29 ..." (proprietary, both

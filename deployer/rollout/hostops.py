@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from deployer import dcgm_fields
+from deployer.facts import REFUSED_DRIVER_VERSION
 
 # Compute processes on the GPUs (one CSV line each; nothing when idle). rc!=0: nvidia-smi failed.
 COMPUTE_APPS = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader"
@@ -114,8 +115,11 @@ def probe_script(diag_level: int) -> str:
             'echo "@@loaded"',
             f"{{ {LOADED_DRIVER}; }} || true",
             'echo "@@smi"',
-            "out=$(nvidia-smi --query-gpu=driver_version,uuid --format=csv,noheader 2>&1); "
-            'rc=$?; printf "%s\\n" "$out"; echo "@@smi_rc=$rc"',
+            "out=$(nvidia-smi --query-gpu=driver_version,uuid --format=csv,noheader 2>&1); rc=$?; "
+            f"case $out in {REFUSED_DRIVER_VERSION}) "
+            "out=$(nvidia-smi --query-gpu=kmd_version,uuid --format=csv,noheader 2>&1); rc=$? ;; "
+            "esac; "
+            'printf "%s\\n" "$out"; echo "@@smi_rc=$rc"',
             'echo "@@health"',
             'out=$(dcgmi health -c 2>&1); rc=$?; printf "%s\\n" "$out"; echo "@@health_rc=$rc"',
             'echo "@@diag"',

@@ -36,9 +36,13 @@ if len(args) != 2 or len(qs) != 1 or len(fs) != 1:
     sys.exit(2)
 kind, fields = qs[0][len("--query-"):].split("=", 1)
 fmt = fs[0].split("=", 1)[1].split(",")
+asked = fields.split(",")
+if {renamed!r} and kind == "gpu" and "driver_version" in asked:
+    sys.stdout.write('Field "driver_version" is not a valid field to query.\\n\\n')
+    sys.exit(2)
 text = open({capture!r}, encoding="utf-8").read()
 try:
-    out = query(text, "{run} :: query-" + kind, fields.split(","),
+    out = query(text, "{run} :: query-" + kind, asked,
                 header="noheader" not in fmt, units="nounits" not in fmt)
 except KeyError as exc:
     sys.stderr.write("stand-in nvidia-smi: %s\\n" % exc)
@@ -66,10 +70,16 @@ def _install(bindir: Path, name: str, text: str) -> Path:
     return path
 
 
-def nvidia_smi(bindir: Path, capture: Path, run: str) -> Path:
+def nvidia_smi(bindir: Path, capture: Path, run: str, *, renamed: bool = False) -> Path:
     """nvidia-smi answering queries from run ``run`` ("idle" or "load") of an
-    nvidia_gpu_exporter capture."""
-    script = _SMI.format(python=sys.executable, capture=str(capture), run=run, repo=str(REPO))
+    nvidia_gpu_exporter capture. ``renamed``: as a driver that has dropped ``driver_version`` for
+    ``kmd_version`` would (no capture has one: docs/unverified.md#nvidia-smi-without-driver-version),
+    refusing the old name as nvidia-smi refuses a field it does not know (on stdout, exit 2:
+    CoHDI/composable-resource-operator#37); the new one is answered from a capture of a driver
+    that knows it (R595 on: the L40S 595.80 capture)."""
+    script = _SMI.format(
+        python=sys.executable, capture=str(capture), run=run, repo=str(REPO), renamed=renamed
+    )
     return _install(bindir, "nvidia-smi", script)
 
 

@@ -52,6 +52,9 @@ class Row:
     reboot_required: bool
     nvml_mismatch: bool = False
     nvml_library_version: str | None = None
+    # nvidia-smi as a driver that has dropped driver_version for kmd_version would answer
+    # (tests/contract/standins.py nvidia_smi, docs/unverified.md#nvidia-smi-without-driver-version)
+    renamed: bool = False
 
 
 def gpu(name: str, mem: int, bus: str, mig: str) -> GPU:
@@ -80,6 +83,10 @@ ROWS = [
     Row(MISMATCH,   "idle",  2,     (),              (),     "error", None,        "580.159.04", True,
         nvml_mismatch=True, nvml_library_version="610.43"),
     Row(None,       "idle",  1,     (),              (),    "absent", None,        "515.76",     False),
+    Row(L40S,       "idle",  1,     (L40S_GPU,),     ("L40S",), "ok", "595.80",    "515.76",     True,
+        renamed=True),
+    Row(L40S,       "load",  None,  (L40S_GPU,),     ("L40S",), "ok", "595.80",    None,         False,
+        renamed=True),
 ]
 # fmt: on
 
@@ -88,7 +95,7 @@ def row_id(r: Row) -> str:
     name = Path(r.smi).name if r.smi else "no-nvidia-smi"
     parts = Path(name).stem.split("__")
     source = f"{parts[1]}-{parts[2]}" if len(parts) == 3 else parts[0]
-    return f"{source}-{r.run}-proc{r.proc_line}"
+    return f"{source}-{r.run}-proc{r.proc_line}" + ("-kmd_version" if r.renamed else "")
 
 
 def gather_here(tmp_path: Path, row: Row) -> CommandResult:
@@ -100,7 +107,7 @@ def gather_here(tmp_path: Path, row: Row) -> CommandResult:
     if row.smi == MISMATCH:
         standins.printing(bindir, "nvidia-smi", None, capture(MISMATCH), rc=18)
     elif row.smi is not None:
-        standins.nvidia_smi(bindir, capture(row.smi), row.run)
+        standins.nvidia_smi(bindir, capture(row.smi), row.run, renamed=row.renamed)
     standins.dpkg_query(bindir, {})
     proc = subprocess.run(
         ["sh", "-c", FACTS_SCRIPT], capture_output=True, text=True, timeout=60,

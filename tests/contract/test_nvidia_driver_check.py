@@ -42,6 +42,9 @@ class Row:
     rc: int = 0
     stdout: tuple[str, ...] = ()
     stderr: tuple[str, ...] = ()
+    # nvidia-smi as a driver that has dropped driver_version for kmd_version would answer
+    # (tests/contract/standins.py nvidia_smi, docs/unverified.md#nvidia-smi-without-driver-version)
+    renamed: bool = False
 
 
 PKG = "nvidia-open"
@@ -67,6 +70,12 @@ ROWS = [
         stderr=("loaded kernel module is 515.76, planned 595.80 (reboot required)",)),
     Row(("verify", "610.43.02", "1", PKG), H200_610, proc_line=None, installed="610.43.02-1",
         rc=1, stderr=("loaded kernel module is none, planned 610.43.02 (reboot required)",)),
+    Row(("verify", "595.80", "1", PKG), L40S, proc_line=1, installed="1:595.80-1", rc=1,
+        stderr=("loaded kernel module is 515.76, planned 595.80 (reboot required)",),
+        renamed=True),
+    Row(("verify", "515.76", "2", PKG), L40S, proc_line=1, installed="515.76-1", rc=1,
+        stderr=("nvidia-smi reports driver 595.80, planned 515.76",
+                "nvidia-smi sees 1 GPUs, the inventory's gpu_count is 2"), renamed=True),
     Row(("verify", "580.159.04", "1", PKG), MISMATCH, proc_line=2, installed="580.159.04-1", rc=1,
         stderr=("nvidia-smi fails: Failed to initialize NVML: Driver/library version mismatch "
                 "NVML library version: 610.43",)),
@@ -85,7 +94,8 @@ ROWS = [
 def row_id(r: Row) -> str:
     name = Path(r.smi).name if r.smi else "no-nvidia-smi"
     source = name.split("__")[1] if "__" in name else Path(name).stem
-    return f"{'-'.join(r.args[:2])}-{source}-{r.run}-proc{r.proc_line}"
+    kmd = "-kmd_version" if r.renamed else ""
+    return f"{'-'.join(r.args[:2])}-{source}-{r.run}-proc{r.proc_line}{kmd}"
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row_id(r) for r in ROWS])
@@ -99,7 +109,7 @@ def test_nvidia_driver_check_on_real_output(row: Row, tmp_path: Path):
     if row.smi == MISMATCH:
         standins.printing(bindir, "nvidia-smi", None, capture(MISMATCH), rc=18)
     elif row.smi is not None:
-        standins.nvidia_smi(bindir, capture(row.smi), row.run)
+        standins.nvidia_smi(bindir, capture(row.smi), row.run, renamed=row.renamed)
     standins.dpkg_query(bindir, {PKG: row.installed} if row.installed else {})
     proc = subprocess.run(
         ["sh", str(SCRIPT), *row.args], capture_output=True, text=True, timeout=60,

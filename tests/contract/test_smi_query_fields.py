@@ -5,7 +5,8 @@ driver) would be lost to one name. The fields are checked against every ``--help
 the real captures: the R590 runs of utkuozdemir/nvidia_gpu_exporter's captures and netdata's
 older one (../shared/gpu_reality_fixtures/SOURCES.md). The product's queries are read from its
 own source (every ``--query-gpu=`` outside the lab's simulator), so a new query is checked
-without a list to keep.
+without a list to keep. The queries that ask ``kmd_version`` where a driver has refused
+``driver_version`` are checked against the captures that list it (R595 on).
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ HELP_CAPTURES = [
 _QUERY = re.compile(r"--query-gpu=([A-Za-z0-9_.,]+)")
 
 
-def product_queries() -> dict[str, set[str]]:
-    """``path -> fields`` of every ``--query-gpu=`` in the product (not the lab's simulator)."""
+def product_queries(*, refused_driver_version: bool = False) -> dict[str, set[str]]:
+    """``path -> fields`` of every ``--query-gpu=`` in the product (not the lab's simulator).
+    The queries naming ``kmd_version`` are asked only where nvidia-smi refused ``driver_version``
+    (deployer/facts.py ``REFUSED_DRIVER_VERSION``): they are these with
+    ``refused_driver_version``, the others without."""
     sources = [
         *(p for p in (REPO / "deployer").rglob("*.py") if "lab" not in p.parts),
         *(p for p in (REPO / "roles").rglob("*") if p.is_file()),
@@ -44,7 +48,9 @@ def product_queries() -> dict[str, set[str]]:
         except UnicodeDecodeError:
             continue
         for fields in _QUERY.findall(text):
-            out.setdefault(str(p.relative_to(REPO)), set()).update(fields.split(","))
+            names = set(fields.split(","))
+            if ("kmd_version" in names) == refused_driver_version:
+                out.setdefault(str(p.relative_to(REPO)), set()).update(names)
     return out
 
 
@@ -60,13 +66,26 @@ def test_the_product_s_queries_are_found():
         and {"mig.mode.current", "driver_version"} <= found["deployer/facts.py"]
     ), found
     assert "roles/nvidia_driver/files/nvidia-driver-check" in found, found
+    # asked again by the new name where a driver refuses the deprecated one: the same three
+    renamed = product_queries(refused_driver_version=True)
+    assert set(renamed) == {
+        "deployer/facts.py",
+        "deployer/rollout/hostops.py",
+        "roles/nvidia_driver/files/nvidia-driver-check",
+    }, renamed
+    assert all(
+        fields == found[path] - {"driver_version"} | {"kmd_version"}
+        for path, fields in renamed.items()
+    ), (renamed, found)
 
 
 @pytest.mark.parametrize(("relpath", "sectioned"), HELP_CAPTURES, ids=lambda v: str(v))
 def test_every_field_the_product_queries_is_listed_by_real_nvidia_smi(relpath, sectioned):
     known = listed(relpath, sectioned)
     assert len(known) > 100, f"{relpath}: the help was not read ({len(known)} names)"
-    unknown = {
-        path: sorted(fields - known) for path, fields in product_queries().items() if fields - known
-    }
+    queries = product_queries()
+    if "kmd_version" in known:  # a driver that knows the new name (R595 on): asked it, too
+        renamed = product_queries(refused_driver_version=True)
+        queries = {p: queries.get(p, set()) | renamed.get(p, set()) for p in {*queries, *renamed}}
+    unknown = {path: sorted(fields - known) for path, fields in queries.items() if fields - known}
     assert unknown == {}, f"fields {Path(relpath).name} does not list: {unknown}"

@@ -133,6 +133,7 @@ def test_diag_verdict(row: Verdict):
 
 H100 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
 H200_MIG = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200-mig__590.48.01.txt"
+L40S = "nvidia_gpu_exporter/linux-x86_64__nvidia-l40s__595.80.txt"  # knows kmd_version
 MISMATCH = "driver-misc/nvidia-smi-mismatch.txt"
 MASKED = "GPU-00000000-0000-0000-0000-000000000000"
 
@@ -146,6 +147,9 @@ class Probe:
     want: str
     gpu_count: int
     checks: dict[str, tuple[bool, str]]  # check -> (ok, its detail starts with)
+    # nvidia-smi as a driver that has dropped driver_version for kmd_version would answer
+    # (tests/contract/standins.py nvidia_smi, docs/unverified.md#nvidia-smi-without-driver-version)
+    renamed: bool = False
 
 
 # fmt: off
@@ -165,6 +169,9 @@ PROBES = [
         "nvidia-smi sees every GPU": (False, "nvidia-smi fails: Failed to initialize NVML: "
                                       "Driver/library version mismatch\nNVML library version: 610.43"),
         "dcgmi health": (False, "dcgmi health -c could not check (exit 253")}),
+    Probe(L40S, HEALTHY, None, 0, "595.80", 1, {
+        "nvidia-smi sees every GPU": (True, "1 GPUs at 595.80"),
+        "dcgmi health": (True, "Overall Health: Healthy")}, renamed=True),
 ]
 # fmt: on
 
@@ -175,7 +182,7 @@ def test_validation_checks_of_the_probe_run_on_real_output(row: Probe, tmp_path:
     if row.smi == MISMATCH:
         standins.printing(bindir, "nvidia-smi", None, capture(MISMATCH), rc=18)
     else:
-        standins.nvidia_smi(bindir, capture(row.smi), "idle")
+        standins.nvidia_smi(bindir, capture(row.smi), "idle", renamed=row.renamed)
     (tmp_path / "health.txt").write_text(row.health)
     (tmp_path / "diag.txt").write_text(row.diag or "")
     health_rc = 253 if row.health == NOT_WATCHED else 0  # real dcgmi: 0 whatever the health

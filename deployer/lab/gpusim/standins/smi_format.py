@@ -47,6 +47,13 @@ def inactive_remaps(branch: int) -> bool:
     return branch == 580 or branch >= 595
 
 
+def kmd_version(branch: int) -> bool:
+    """``kmd_version`` is a query field, answered as ``driver_version`` (which it deprecates:
+    "Deprecated; use \"kmd_version\" instead"): 595.80 (``595.80, 595.80``) and 610.43.02 list
+    it, 580.173.02 and 590.48.01 do not."""
+    return branch >= 595
+
+
 def ctime(t: float | None = None) -> str:
     """``Tue Jul 14 09:00:27 2026`` / ``Fri Jul  3 08:33:38 2026`` (day padded with a space)."""
     lt = time.localtime(t)

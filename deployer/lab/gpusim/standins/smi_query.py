@@ -14,6 +14,7 @@ if __package__:  # imported from the source tree (the tests, the package builder
         csv_timestamp,
         hopper,
         inactive_remaps,
+        kmd_version,
         r590_deprecations,
         remap_banks,
     )
@@ -26,6 +27,7 @@ else:  # installed on a simulated host: the package ships gpusim_*.py
         csv_timestamp,
         hopper,
         inactive_remaps,
+        kmd_version,
         r590_deprecations,
         remap_banks,
     )
@@ -85,6 +87,7 @@ def field_table() -> dict:
     return {
         "timestamp": ((), None, plain(lambda g, s, x: csv_timestamp(x["now"]))),
         "driver_version": ((), None, plain(lambda g, s, x: x["driver"])),
+        "kmd_version": ((), None, plain(lambda g, s, x: x["driver"])),
         "count": ((), None, plain(lambda g, s, x: x["count"])),
         "name": (("gpu_name",), None, plain(lambda g, s, x: g["name"])),
         "serial": (("gpu_serial",), None, plain(lambda g, s, x: g["serial"])),
@@ -284,6 +287,7 @@ def _application_clock(key: str):
 # Query fields only some branches' nvidia-smi knows (smi_format): asked elsewhere, the field is
 # refused as nvidia-smi refuses one it does not know.
 _BRANCH_FIELDS = {
+    "kmd_version": kmd_version,
     "edpp_multiplier": r590_deprecations,
     "remapped_rows.correctable_inactive": inactive_remaps,
     "remapped_rows.uncorrectable_inactive": inactive_remaps,
