@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,39 @@ _SCALAR_TAGS = frozenset(_TAG + t for t in ("null", "bool", "int", "float", "tim
 _CParser: Any = getattr(getattr(yaml, "_yaml", None), "CParser", None)
 
 
+def _plain_scalars() -> tuple[dict[str, Any], Callable[[str], Any]]:
+    """PyYAML's implicit resolution of a plain scalar (``Resolver.resolve``), built by its own
+    constructors as the full loader builds it, without its call per distinct scalar (every host
+    name and address of an inventory is one): the resolvers keyed by the first character, then
+    those for any character; none matching is a string. Gives the memo of each distinct scalar's
+    value (an immutable value, one per text) and the function that resolves one and fills it.
+    A merge key (``<<``) or a value key (``=``), or a path resolver, raise ``_NotPlain``: the
+    full loader's rules."""
+    helper = _Loader("")
+    by_first = helper.yaml_implicit_resolvers
+    any_first = by_first.get(None, [])
+    if helper.yaml_path_resolvers:  # none are added here
+        raise _NotPlain
+    plain: dict[str, Any] = {}
+
+    def resolve(value: str) -> Any:
+        tag = _STR_TAG
+        for candidate, pattern in chain(by_first.get(value[:1], ()), any_first):
+            if pattern.match(value):
+                tag = candidate
+                break
+        if tag == _STR_TAG:
+            known: Any = value
+        elif tag in _SCALAR_TAGS:
+            known = helper.yaml_constructors[tag](helper, yaml.ScalarNode(tag, value))
+        else:
+            raise _NotPlain
+        plain[value] = known
+        return known
+
+    return plain, resolve
+
+
 def _build_from_events(text: str, source: str) -> Any:
     """The document built straight from libyaml's events, for the YAML nearly every inventory
     and vars file is made of: untagged mappings, sequences and scalars, one document. It gives
@@ -125,15 +159,7 @@ def _build_from_events(text: str, source: str) -> Any:
     bench/README.md). Anything else (a tag such as ``!unsafe`` or ``!vault``, an anchor or alias,
     a merge key, a key that is not a scalar, a duplicate key, a second document, a syntax
     error) raises ``_NotPlain`` and is left to the full loader, with its errors."""
-    helper = _Loader("")  # PyYAML's scalar constructors, as the full loader has them
-    # PyYAML's implicit resolution (Resolver.resolve for a plain scalar), without its call per
-    # distinct scalar (every host name and address of an inventory is one): the resolvers
-    # keyed by the first character, then those for any character; none matching is a string.
-    by_first = helper.yaml_implicit_resolvers
-    any_first = by_first.get(None, [])
-    if helper.yaml_path_resolvers:  # none are added here; with one, the full loader's rules
-        raise _NotPlain
-    plain: dict[str, Any] = {}  # each distinct plain scalar's value
+    plain, resolve = _plain_scalars()
     no_key = _NO_KEY
     # The innermost open container and its state; the enclosing ones wait on ``stack``.
     container: Any = None
@@ -160,21 +186,7 @@ def _build_from_events(text: str, source: str) -> Any:
                 value = event.value
                 if event.implicit[0]:
                     known = plain.get(value, no_key)
-                    if known is no_key:
-                        tag = _STR_TAG
-                        for candidate, pattern in chain(by_first.get(value[:1], ()), any_first):
-                            if pattern.match(value):
-                                tag = candidate
-                                break
-                        if tag == _STR_TAG:
-                            known = value
-                        elif tag in _SCALAR_TAGS:
-                            node = yaml.ScalarNode(tag, value)
-                            known = helper.yaml_constructors[tag](helper, node)
-                        else:  # a merge key (<<), a value key (=)
-                            raise _NotPlain
-                        plain[value] = known
-                    value = known
+                    value = resolve(value) if known is no_key else known
                 if in_mapping and key is no_key:
                     if value in container:
                         raise _NotPlain
@@ -269,29 +281,7 @@ def _build_from_lines(text: str, source: str) -> Any:
     ``_NotPlain``: the event builder reads the text, or the full loader gives its error."""
     if not text.isascii() or _NOT_LINES.search(text):
         raise _NotPlain
-    helper = _Loader("")  # PyYAML's scalar constructors and implicit resolvers, as above
-    by_first = helper.yaml_implicit_resolvers
-    any_first = by_first.get(None, [])
-    if helper.yaml_path_resolvers:
-        raise _NotPlain
-    plain: dict[str, Any] = {}  # each distinct plain scalar's value
-
-    def resolve(value: str) -> Any:
-        """A plain scalar's value, as the event builder resolves it."""
-        tag = _STR_TAG
-        for candidate, pattern in chain(by_first.get(value[:1], ()), any_first):
-            if pattern.match(value):
-                tag = candidate
-                break
-        if tag == _STR_TAG:
-            known: Any = value
-        elif tag in _SCALAR_TAGS:
-            known = helper.yaml_constructors[tag](helper, yaml.ScalarNode(tag, value))
-        else:  # a merge key (<<), a value key (=)
-            raise _NotPlain
-        plain[value] = known
-        return known
-
+    plain, resolve = _plain_scalars()
     no_key = _NO_KEY
     match = _LINE.fullmatch
     flow_items = _FLOW_ITEMS.findall
