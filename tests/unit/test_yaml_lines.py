@@ -75,7 +75,7 @@ def test_every_shipped_and_corpus_yaml_file_it_reads_reads_the_same() -> None:
             continue
         assert_same(built, full, str(path))
         read += 1
-    assert read > 50
+    assert read > 40  # the product's own files alone give 45; the corpus, where present, more
 
 
 def test_the_benchs_large_inventories_read_the_same_either_way() -> None:
