@@ -39,7 +39,9 @@ def inventory_corpus_dir() -> Path:
 # comes from, in the closing note that found it), by their future path there: a test row of one
 # skips, naming its origin, until the capture has joined the shared folder, then runs like any
 # other.
-_NGE_FOUND = "utkuozdemir/nvidia_gpu_exporter internal/captures/{} @ 18a7dc5a4958bed2161a23188c1a5cf280dff31b"
+_NGE_FOUND = "utkuozdemir/nvidia_gpu_exporter internal/captures/{} @ {}"
+_NGE_18A7DC5 = "18a7dc5a4958bed2161a23188c1a5cf280dff31b"
+_NGE_3A1DB3A = "3a1db3ab720b5b1d3d45a271c5902d5b733df750"
 PROPOSED = {
     "dcgmi/diag-r2__dcgm-4.4.2__a10g.txt": (
         "`dcgmi diag -r 2 -i 0`, DCGM 4.4.2, driver 580.105.08, GPU device id 2237 (A10G), all "
@@ -52,10 +54,12 @@ PROPOSED = {
         "10.13 ... for use with H200' (search index id 19926464626)"
     ),
     **{
-        f"nvidia_gpu_exporter/{name}": _NGE_FOUND.format(name)
-        for name in (
-            "linux-x86_64__nvidia-h200__580.173.02.txt",  # R580's -q; no load run
-            "linux-x86_64__nvidia-h200__610.43.02.txt",  # R610: driver_version deprecated
+        f"nvidia_gpu_exporter/{name}": _NGE_FOUND.format(name, commit)
+        for name, commit in (
+            ("linux-x86_64__nvidia-h200__580.173.02.txt", _NGE_18A7DC5),  # R580's -q; no load
+            ("linux-x86_64__nvidia-h200__610.43.02.txt", _NGE_18A7DC5),  # R610
+            # R580 with MIG on: one 3g.71gb GPU instance, one compute instance; no load run
+            ("linux-x86_64__nvidia-h200-mig__580.173.02.txt", _NGE_3A1DB3A),
         )
     },
 }

@@ -33,6 +33,7 @@ L40S = "nvidia_gpu_exporter/linux-x86_64__nvidia-l40s__595.80.txt"
 # --help-query-gpu calls driver_version "Deprecated; use kmd_version instead": still answered.
 H200_580 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200__580.173.02.txt"
 H200_610 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200__610.43.02.txt"
+H200_MIG_580 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200-mig__580.173.02.txt"
 MISMATCH = "driver-misc/nvidia-smi-mismatch.txt"
 PROC = "driver-misc/proc-driver-nvidia-version.txt"  # line 1: 515.76, line 2: 580.159.04
 
@@ -78,6 +79,7 @@ ROWS = [
     Row(H200_MIG,   "load",  None,  (H200_MIG_GPU,), ("H200",), "ok", "590.48.01", None,         False),
     Row(H200_580,   "idle",  None,  (H200_GPU,),     ("H200",), "ok", "580.173.02", None,        False),
     Row(H200_610,   "idle",  None,  (H200_GPU,),     ("H200",), "ok", "610.43.02", None,         False),
+    Row(H200_MIG_580, "idle", None, (H200_MIG_GPU,), ("H200",), "ok", "580.173.02", None,        False),
     Row(L40S,       "idle",  1,     (L40S_GPU,),     ("L40S",), "ok", "595.80",    "515.76",     True),
     Row(L40S,       "load",  None,  (L40S_GPU,),     ("L40S",), "ok", "595.80",    None,         False),
     Row(MISMATCH,   "idle",  2,     (),              (),     "error", None,        "580.159.04", True,

@@ -39,6 +39,8 @@ ROWS = [
     Row(EXP.format("h200__590.48.01"), "query-gpu", "NVIDIA H200", "H200"),
     Row(EXP.format("h200-mig__590.48.01"), "query-gpu", "NVIDIA H200", "H200"),
     Row(EXP.format("h200-mig__590.48.01"), "-L", "NVIDIA H200", "H200"),
+    Row(EXP.format("h200-mig__580.173.02"), "query-gpu", "NVIDIA H200", "H200"),  # proposed
+    Row(EXP.format("h200-mig__580.173.02"), "-L", "NVIDIA H200", "H200"),  # proposed
     Row(EXP.format("l40s__595.80"), "query-gpu", "NVIDIA L40S", "L40S"),
     Row(EXP.format("l40s__595.80"), "-q", "NVIDIA L40S", "L40S"),
     Row("telegraf/a100-sxm4-v12.xml", "xml", "NVIDIA A100-SXM4-80GB", "A100"),

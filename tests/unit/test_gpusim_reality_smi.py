@@ -68,6 +68,8 @@ CAPTURES = [
     # proposed for ../shared (tests/reality.py PROPOSED): R580's -q, from its newest release
     Capture(NGE + "nvidia-h200__580.173.02.txt", "H200", "580.126.20", "580.173.02", "13.0",
             True, fabric=True, loaded=False),
+    Capture(NGE + "nvidia-h200-mig__580.173.02.txt", "H200", "580.126.20", "580.173.02", "13.0",
+            True, {0: ["3g.71gb"]}, fabric=True, loaded=False),
 ]  # fmt: skip
 IDS = [c.id for c in CAPTURES]
 

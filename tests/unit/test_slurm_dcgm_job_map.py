@@ -137,6 +137,10 @@ def test_many_jobs_starting_at_once_on_one_gpu_all_keep_their_line(tmp_path):
 # ------------------------------------------------------------------- a whole GPU in MIG mode
 
 H100_MIG = "nvidia_gpu_exporter/linux-x86_64__nvidia-h100-mig__590.48.01.txt"
+# GPU instance 2 split into two compute instances (MIG devices 0 and 1), then 3, 9, 10
+H200_MIG = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200-mig__590.48.01.txt"
+# R580, one GPU instance (2) as one compute instance; proposed for ../shared (tests/reality.py)
+H200_MIG_580 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200-mig__580.173.02.txt"
 
 
 def section_of(capture: str, command: str) -> str:
@@ -147,15 +151,13 @@ def section_of(capture: str, command: str) -> str:
     return "\n".join(lines[start:end]) + "\n"
 
 
-@pytest.fixture
-def mig_smi(tmp_path) -> Path:
-    """A PATH whose ``nvidia-smi -q -i 0`` and ``-L`` print the real H100's (MIG on: devices 0-3,
-    GPU instances 2, 3, 9 and 10) and which prints nothing for any other GPU, as for one not in
-    MIG mode."""
+def mig_smi_of(tmp_path: Path, path: str) -> Path:
+    """A PATH whose ``nvidia-smi -q -i 0`` and ``-L`` print a real MIG capture's and which prints
+    nothing for any other GPU, as for one not in MIG mode."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (bindir / "smi-q.txt").write_text(section_of(capture_text(H100_MIG), "nvidia-smi -q"))
-    (bindir / "smi-L.txt").write_text(section_of(capture_text(H100_MIG), "nvidia-smi -L"))
+    (bindir / "smi-q.txt").write_text(section_of(capture_text(path), "nvidia-smi -q"))
+    (bindir / "smi-L.txt").write_text(section_of(capture_text(path), "nvidia-smi -L"))
     smi = bindir / "nvidia-smi"
     smi.write_text(
         "#!/bin/sh\n"
@@ -167,21 +169,30 @@ def mig_smi(tmp_path) -> Path:
     return bindir
 
 
+@pytest.fixture
+def mig_smi(tmp_path) -> Path:
+    """The real H100's (MIG on: devices 0-3, GPU instances 2, 3, 9 and 10)."""
+    return mig_smi_of(tmp_path, H100_MIG)
+
+
+@pytest.mark.parametrize(
+    ("path", "instances"),
+    [(H100_MIG, ["2", "3", "9", "10"]), (H200_MIG, ["2", "3", "9", "10"]), (H200_MIG_580, ["2"])],
+    ids=["h100-590.48.01", "h200-590.48.01-split-gi", "h200-580.173.02"],
+)
 def test_a_whole_mig_gpu_maps_each_of_its_gpu_instances_for_exporters_that_key_them(
-    tmp_path, mig_smi
+    tmp_path, path, instances
 ):
     # dcgm-exporter 4.5.3-4.8.2 keys a MIG instance's series "<gpu>.<GPU_I_ID>" (hpc.go:98-105
     # @691c9276): a file "0" alone would label none of GPU 0's series
+    mig_smi = mig_smi_of(tmp_path, path)
     env = {"SLURM_JOB_ID": "31", "SLURM_JOB_GPUS": "0,1", "DCGM_HPC_JOB_MAPPING_INSTANCES": "1",
            "PATH": f"{mig_smi}:{os.environ['PATH']}"}  # fmt: skip
+    files = ["0", *(f"0.{gi}" for gi in instances), "1"]
     assert run(tmp_path / "map", "prolog", **env).returncode == 0
-    assert exporter_view(tmp_path / "map") == {
-        "0": ["31"], "0.2": ["31"], "0.3": ["31"], "0.9": ["31"], "0.10": ["31"], "1": ["31"],
-    }  # fmt: skip
+    assert exporter_view(tmp_path / "map") == {name: ["31"] for name in files}
     assert run(tmp_path / "map", "epilog", **env).returncode == 0
-    assert exporter_view(tmp_path / "map") == {
-        "0": [], "0.2": [], "0.3": [], "0.9": [], "0.10": [], "1": [],
-    }  # fmt: skip
+    assert exporter_view(tmp_path / "map") == {name: [] for name in files}
 
 
 def test_older_exporters_get_no_instance_files(tmp_path, mig_smi):

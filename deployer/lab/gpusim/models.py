@@ -126,8 +126,10 @@ _H100_MIG = (
     MigProfile("1g.10gb", 1, 9984, 6184, 1, 0, 1, 0, 1, {1: 16}, H100_MIG_590),
 )
 _H200_MIG = (
-    # the capture splits 3g.71gb into a 1c (16 SMs) and a 2c (32 SMs) compute instance
-    MigProfile("3g.71gb", 4, 71424, 59237, 3, 0, 3, 0, 3, {1: 16, 2: 32}, H200_MIG_590),
+    # the capture splits 3g.71gb into a 1c (16 SMs) and a 2c (32 SMs) compute instance; as one
+    # compute instance it has 60 SMs (the R580 and R610 MIG captures, proposed for ../shared:
+    # tests/reality.py PROPOSED)
+    MigProfile("3g.71gb", 4, 71424, 59237, 3, 0, 3, 0, 3, {1: 16, 2: 32, 3: 60}, H200_MIG_590),
     MigProfile("2g.35gb", 2, 33280, 29618, 2, 0, 2, 0, 2, {2: 32}, H200_MIG_590),
     MigProfile("1g.18gb", 1, 16384, 14809, 1, 0, 1, 0, 1, {1: 16}, H200_MIG_590),
 )

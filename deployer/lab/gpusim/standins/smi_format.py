@@ -47,6 +47,13 @@ def inactive_remaps(branch: int) -> bool:
     return branch == 580 or branch >= 595
 
 
+def shared_mig_memory(branch: int) -> bool:
+    """-q names a MIG device's memory ``Shared FB Memory Usage`` / ``Shared BAR1 Memory``: 590.48.01
+    and 610.43.02 do; 580.173.02 (a newer release than 590.48.01) prints ``FB Memory Usage`` /
+    ``BAR1 Memory`` (the table's ``Shared Memory-Usage`` header is the same on all three)."""
+    return branch >= 590
+
+
 def kmd_version(branch: int) -> bool:
     """``kmd_version`` is a query field, answered as ``driver_version`` (which it deprecates:
     "Deprecated; use \"kmd_version\" instead"): 595.80 (``595.80, 595.80``) and 610.43.02 list

@@ -11,6 +11,7 @@ if __package__:  # imported from the source tree (the tests, the package builder
         inactive_remaps,
         r590_deprecations,
         remap_banks,
+        shared_mig_memory,
         tlimit_temps,
     )
 else:  # installed on a simulated host: the package ships gpusim_*.py
@@ -22,6 +23,7 @@ else:  # installed on a simulated host: the package ships gpusim_*.py
         inactive_remaps,
         r590_deprecations,
         remap_banks,
+        shared_mig_memory,
         tlimit_temps,
     )
 
@@ -66,7 +68,8 @@ def _temps(r: Report, g: dict, s: dict, branch: int) -> None:
         r.kv(2, "Memory Max Operating Temp", "N/A" if mmax is None or mem is None else f"{mmax} C")
 
 
-def _mig_devices(r: Report, g: dict, s: dict) -> None:
+def _mig_devices(r: Report, g: dict, s: dict, branch: int) -> None:
+    shared = "Shared " if shared_mig_memory(branch) else ""
     for gi in c.mig_instances(g):
         inst = s["instances"].get(gi["gi_id"], {"used": 0, "free": gi["memory_mib"]})
         for ci in gi["compute_instances"]:
@@ -83,12 +86,12 @@ def _mig_devices(r: Report, g: dict, s: dict) -> None:
             r.head(2, "ECC Errors")
             r.head(3, "Volatile")
             r.kv(4, "SRAM Uncorrectable", 0)
-            r.head(2, "Shared FB Memory Usage")
+            r.head(2, f"{shared}FB Memory Usage")
             r.kv(3, "Total", f"{gi['memory_mib']} MiB")
             r.kv(3, "Reserved", "0 MiB")
             r.kv(3, "Used", f"{inst['used']} MiB")
             r.kv(3, "Free", f"{inst['free']} MiB")
-            r.head(2, "Shared BAR1 Memory")
+            r.head(2, f"{shared}BAR1 Memory")
             r.kv(3, "Total", f"{gi['bar1_mib']} MiB")
             r.kv(3, "Used", "0 MiB")
             r.kv(3, "Free", f"{gi['bar1_mib']} MiB")
@@ -156,7 +159,7 @@ def _gpu_report(r: Report, g: dict, st: dict, ctx: dict) -> None:
     mig = ("Enabled" if migged else "Disabled") if g.get("mig_capable") else na
     r.kv(2, "Current", mig)
     r.kv(2, "Pending", mig)
-    _mig_devices(r, g, s)
+    _mig_devices(r, g, s, ctx["branch"])
     r.kv(1, "Accounting Mode", "Disabled")
     r.kv(1, "Accounting Mode Buffer Size", 4000)
     r.head(1, "Driver Model")
