@@ -28,6 +28,7 @@ H200_MIG = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200-mig__590.48.01.txt"
 L40S = "nvidia_gpu_exporter/linux-x86_64__nvidia-l40s__595.80.txt"
 # proposed for ../shared (tests/reality.py PROPOSED): R610 deprecates driver_version, still answers
 H200_610 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200__610.43.02.txt"
+H200_MIG_580 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200-mig__580.173.02.txt"  # MIG on
 MISMATCH = "driver-misc/nvidia-smi-mismatch.txt"  # NVML mismatch; exit 18 (SOURCES.md)
 PROC = "driver-misc/proc-driver-nvidia-version.txt"  # line 1: 515.76, line 2: 580.159.04
 
@@ -66,6 +67,8 @@ ROWS = [
                 "nvidia-smi sees 1 GPUs, the inventory's gpu_count is 2")),
     Row(("verify", "580.159.04", "1", PKG), H200, proc_line=2, installed="580.159.04-1", rc=1,
         stderr=("nvidia-smi reports driver 590.48.01, planned 580.159.04",)),
+    Row(("verify", "580.173.02", "1", PKG), H200_MIG_580, proc_line=2, installed="580.173.02-1",
+        rc=1, stderr=("loaded kernel module is 580.159.04, planned 580.173.02 (reboot required)",)),
     Row(("verify", "595.80", "1", PKG), L40S, proc_line=1, installed="1:595.80-1", rc=1,
         stderr=("loaded kernel module is 515.76, planned 595.80 (reboot required)",)),
     Row(("verify", "610.43.02", "1", PKG), H200_610, proc_line=None, installed="610.43.02-1",
