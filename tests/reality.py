@@ -60,6 +60,8 @@ PROPOSED = {
             ("linux-x86_64__nvidia-h200__610.43.02.txt", _NGE_18A7DC5),  # R610
             # R580 with MIG on: one 3g.71gb GPU instance, one compute instance; no load run
             ("linux-x86_64__nvidia-h200-mig__580.173.02.txt", _NGE_3A1DB3A),
+            # R610 with MIG on, the same layout: KMD Version, Specification temperatures
+            ("linux-x86_64__nvidia-h200-mig__610.43.02.txt", _NGE_3A1DB3A),
         )
     },
 }

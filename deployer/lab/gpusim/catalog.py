@@ -59,6 +59,9 @@ DRIVERS: tuple[DriverRelease, ...] = (
     # "CUDA Version : 13.1"), so the reality tests run the simulator at the captured version
     DriverRelease("590.48.01", "13.1", "Mon Dec  8 18:44:40 UTC 2025"),
     DriverRelease("595.45.04", "13.2", "Tue Mar 10 18:12:40 UTC 2026"),
+    # the release of the H200 R610 captures (proposed for ../shared: tests/reality.py PROPOSED;
+    # "CUDA UMD Version : 13.3"); its build date is not in them: docs/unverified.md#gpusim-r610
+    DriverRelease("610.43.02", "13.3", "Tue Jul 28 20:17:42 UTC 2026"),
 )
 
 

@@ -373,6 +373,9 @@ def gpu_sample(g: dict, st: dict, now: float | None = None) -> dict:
         "memory_temp": mem_temp,
         "power_w": power,
         "energy_mj": int(limit * 0.1 * uptime * 1000),
+        # "Total time (in seconds) the GPU has been running since first initialization" (R610's
+        # bbx.time_run): the time since this module load, a lower bound of it
+        "time_run_s": int(uptime),
         "util": None if mig_enabled(g) else (100 if busy else 0),
         "mem_util": None if mig_enabled(g) else (35 if busy else 0),
         "sm_clock": g["max_sm_clock"] if busy else g.get("idle_sm_clock", 345),

@@ -23,13 +23,13 @@ import time
 
 if __package__:  # imported from the source tree (the tests, the package builder)
     from deployer.lab.gpusim.standins import common as c
-    from deployer.lab.gpusim.standins.smi_format import branch
+    from deployer.lab.gpusim.standins.smi_format import branch, r610_layout
     from deployer.lab.gpusim.standins.smi_query import query_apps, query_gpu
     from deployer.lab.gpusim.standins.smi_report import full_query
     from deployer.lab.gpusim.standins.smi_table import listing, table
 else:  # installed on a simulated host: the package ships gpusim_*.py
     import gpusim_common as c  # type: ignore[no-redef]
-    from gpusim_smi_format import branch  # type: ignore[no-redef]
+    from gpusim_smi_format import branch, r610_layout  # type: ignore[no-redef]
     from gpusim_smi_query import query_apps, query_gpu  # type: ignore[no-redef]
     from gpusim_smi_report import full_query  # type: ignore[no-redef]
     from gpusim_smi_table import listing, table  # type: ignore[no-redef]
@@ -126,6 +126,13 @@ def main(argv: list) -> int:
     lib = c.nvml_library_version() or "unknown"
     if opts["mode"] == "version":
         nvml = ".".join(lib.split(".")[:2])
+        if r610_layout(branch(lib)):
+            sys.stdout.write(f"NVIDIA-SMI version  : {lib}\nNVML version        : {nvml}\n"
+                             'DRIVER version      : Deprecated, see "KMD version" instead\n'
+                             'CUDA version        : Deprecated, see "CUDA UMD version" instead\n'
+                             f"KMD version         : {lib}\nCUDA UMD version    : {c.cuda_version()}\n"
+                             f"({c.SIM_NOTE})\n")  # fmt: skip
+            return 0
         sys.stdout.write(f"NVIDIA-SMI version  : {lib}\nNVML version        : {nvml}\n"
                          f"DRIVER version      : {lib}\nCUDA Version        : {c.cuda_version()}\n"
                          f"({c.SIM_NOTE})\n")  # fmt: skip

@@ -47,6 +47,25 @@ def inactive_remaps(branch: int) -> bool:
     return branch == 580 or branch >= 595
 
 
+def r610_layout(branch: int) -> bool:
+    """What 610.43.02 prints and 595.80 does not (H200 and H200 MIG 610.43.02 captures, proposed:
+    tests/reality.py PROPOSED): the table's and ``--version``'s ``KMD Version`` / ``CUDA UMD
+    Version`` (``DRIVER version`` and ``CUDA version`` "Deprecated, see ..."), -q's ``Driver
+    Version`` / ``CUDA Version`` with "[Deprecated; will be removed in CUDA 14.0. ...]" and its own
+    ``KMD Version`` / ``CUDA UMD Version`` lines, ``Inforom Time Data``, the temperatures'
+    ``... Specification`` names, ``GPU Ceiling Power Limit`` and ``GPU Base Power`` in the power
+    readings, and the query fields ``gpu.base.*``, ``bbx.time_run`` and a score of new
+    ``power_smoothing.*`` ones."""
+    return branch >= 610
+
+
+def classic_power_smoothing(branch: int) -> bool:
+    """The fourteen ``power_smoothing.*`` query fields of R580/R590 (``delayed_..._supported``,
+    ``primary_power_floor``, the profiles' floors and multipliers): listed by 580.173.02,
+    590.48.01 and 610.43.02; 595.80's ``--help-query-gpu`` lists no ``power_smoothing`` field."""
+    return branch != 595
+
+
 def shared_mig_memory(branch: int) -> bool:
     """-q names a MIG device's memory ``Shared FB Memory Usage`` / ``Shared BAR1 Memory``: 590.48.01
     and 610.43.02 do; 580.173.02 (a newer release than 590.48.01) prints ``FB Memory Usage`` /

@@ -11,11 +11,13 @@ if __package__:  # imported from the source tree (the tests, the package builder
         DEPRECATED,
         NA,
         NO_SENSOR,
+        classic_power_smoothing,
         csv_timestamp,
         hopper,
         inactive_remaps,
         kmd_version,
         r590_deprecations,
+        r610_layout,
         remap_banks,
     )
 else:  # installed on a simulated host: the package ships gpusim_*.py
@@ -24,11 +26,13 @@ else:  # installed on a simulated host: the package ships gpusim_*.py
         DEPRECATED,
         NA,
         NO_SENSOR,
+        classic_power_smoothing,
         csv_timestamp,
         hopper,
         inactive_remaps,
         kmd_version,
         r590_deprecations,
+        r610_layout,
         remap_banks,
     )
 
@@ -266,6 +270,14 @@ def field_table() -> dict:
         "platform.module_id": ((), None, plain(lambda g, s, x: g["index"] + 1)),
         "platform.gpu_fabric_guid": ((), None, plain(lambda g, s, x: "0x0000000000000000")),
         "hostname": ((), None, lambda g, s, x: (NA, NA)),
+        # [N/A] on every simulated board, as on the H100/H200 captures (R580-R610):
+        # docs/unverified.md#gpusim-power-smoothing
+        **{f"power_smoothing.{k}": ((), u, lambda g, s, x: (NA, NA))
+           for k, u in (*_CLASSIC_POWER_SMOOTHING, *_R610_POWER_SMOOTHING)},
+        **{f"gpu.base.{k}": ((), "W", lambda g, s, x: (NA, NA))
+           for k in ("current", "requested", "default", "min", "max")},
+        "bbx.time_run": ((), "seconds", lambda g, s, x: (
+            f"{s['time_run_s']} seconds", str(s["time_run_s"]))),
         "mig.mode.current": ((), None, mig),
         "mig.mode.pending": ((), None, mig),
         "fabric.state": ((), None, plain(lambda g, s, x: x["fabric"][0])),
@@ -286,8 +298,36 @@ def _application_clock(key: str):
 
 # Query fields only some branches' nvidia-smi knows (smi_format): asked elsewhere, the field is
 # refused as nvidia-smi refuses one it does not know.
+#: power_smoothing.<field> and its unit: R580/R590/R610 (not 595.80), then R610's own
+_CLASSIC_POWER_SMOOTHING = (
+    ("delayed_power_smoothing_supported", None), ("primary_power_floor", "W"),
+    ("secondary_power_floor", "W"), ("min_primary_floor_activation_offset", "W"),
+    ("min_primary_floor_activation_point", "W"), ("window_multiplier", "ms"),
+    ("curr_profile.secondary_power_floor", "W"),
+    ("curr_profile.primary_floor_act_window_multiplier", None),
+    ("curr_profile.primary_floor_tar_window_multiplier", None),
+    ("curr_profile.primary_floor_act_offset", "W"), ("admin_override.secondary_power_floor", "W"),
+    ("admin_override.primary_floor_act_window_multiplier", None),
+    ("admin_override.primary_floor_tar_window_multiplier", None),
+    ("admin_override.primary_floor_act_offset", "W"),
+)  # fmt: skip
+_R610_POWER_SMOOTHING = (
+    ("tmp_floor", "W"), ("tmp_ceil", "W"), ("hw_lifetime_remaining_percent", "%"),
+    ("enabled", None), ("soc_power_smoothing_enabled", None), ("priv_level", None),
+    ("imm_ramp_down", None), ("max_percent_tmp_floor", "%"), ("min_percent_tmp_floor", "%"),
+    ("num_preset_profiles", None), ("curr_profile.percent_tmp_floor", "%"),
+    ("curr_profile.ramp_up_rate", "W/s"), ("curr_profile.ramp_down_rate", "W/s"),
+    ("curr_profile.ramp_down_hysteresis", "ms"), ("active_profile", None),
+    ("admin_override.percent_tmp_floor", "%"), ("admin_override.ramp_up_rate", "W/s"),
+    ("admin_override.ramp_down_rate", "W/s"), ("admin_override.ramp_down_hysteresis", "ms"),
+)  # fmt: skip
+
 _BRANCH_FIELDS = {
     "kmd_version": kmd_version,
+    **{f"power_smoothing.{k}": classic_power_smoothing for k, _u in _CLASSIC_POWER_SMOOTHING},
+    **{f"power_smoothing.{k}": r610_layout for k, _u in _R610_POWER_SMOOTHING},
+    **{f"gpu.base.{k}": r610_layout for k in ("current", "requested", "default", "min", "max")},
+    "bbx.time_run": r610_layout,
     "edpp_multiplier": r590_deprecations,
     "remapped_rows.correctable_inactive": inactive_remaps,
     "remapped_rows.uncorrectable_inactive": inactive_remaps,

@@ -10,6 +10,7 @@ if __package__:  # imported from the source tree (the tests, the package builder
         hopper,
         inactive_remaps,
         r590_deprecations,
+        r610_layout,
         remap_banks,
         shared_mig_memory,
         tlimit_temps,
@@ -22,6 +23,7 @@ else:  # installed on a simulated host: the package ships gpusim_*.py
         hopper,
         inactive_remaps,
         r590_deprecations,
+        r610_layout,
         remap_banks,
         shared_mig_memory,
         tlimit_temps,
@@ -50,14 +52,16 @@ def _temps(r: Report, g: dict, s: dict, branch: int) -> None:
     top = g.get("gpu_max_op_temp")
     mem = s["memory_temp"]
     if tlimit_temps(branch):  # margins to the T.Limit (the max operating temperature)
-        r.kv(2, "GPU T.Limit Temp", "N/A" if top is None else f"{top - s['gpu_temp']} C")
+        # R610 names the limits "... Specification" and the margin "GPU Current T.Limit Temp"
+        spec, now = (" Specification", " Current") if r610_layout(branch) else ("", "")
+        r.kv(2, f"GPU{now} T.Limit Temp", "N/A" if top is None else f"{top - s['gpu_temp']} C")
         ref = top if top is not None else g["slowdown_temp"]
-        r.kv(2, "GPU Shutdown T.Limit Temp", f"{ref - g['shutdown_temp']} C")
-        r.kv(2, "GPU Slowdown T.Limit Temp", f"{ref - g['slowdown_temp']} C")
-        r.kv(2, "GPU Max Operating T.Limit Temp", "N/A" if top is None else "0 C")
-        r.kv(2, "GPU Target Temperature", "N/A")
+        r.kv(2, f"GPU Shutdown T.Limit Temp{spec}", f"{ref - g['shutdown_temp']} C")
+        r.kv(2, f"GPU Slowdown T.Limit Temp{spec}", f"{ref - g['slowdown_temp']} C")
+        r.kv(2, f"GPU Max Operating T.Limit Temp{spec}", "N/A" if top is None else "0 C")
+        r.kv(2, f"GPU Target Temperature{spec}", "N/A")
         r.kv(2, "Memory Current Temp", "N/A" if mem is None else f"{mem} C")
-        r.kv(2, "Memory Max Operating T.Limit Temp", "N/A" if mem is None else "0 C")
+        r.kv(2, f"Memory Max Operating T.Limit Temp{spec}", "N/A" if mem is None else "0 C")
     else:  # docs/unverified.md#gpusim-smi-q-before-580
         r.kv(2, "GPU Shutdown Temp", f"{g['shutdown_temp']} C")
         r.kv(2, "GPU Slowdown Temp", f"{g['slowdown_temp']} C")
@@ -188,6 +192,9 @@ def _gpu_report(r: Report, g: dict, st: dict, ctx: dict) -> None:
     r.head(1, "Inforom BBX Object Flush")
     r.kv(2, "Latest Timestamp", na)
     r.kv(2, "Latest Duration", na)
+    if r610_layout(ctx["branch"]):
+        r.head(1, "Inforom Time Data")
+        r.kv(2, "Time Run", f"{s['time_run_s']} seconds")
     r.head(1, "GPU Operation Mode")
     r.kv(2, "Current", na)
     r.kv(2, "Pending", na)
@@ -283,8 +290,17 @@ def _gpu_report(r: Report, g: dict, st: dict, ctx: dict) -> None:
     r.head(1, "GPU Power Readings")
     r.kv(2, "Average Power Draw", f"{s['power_w']:.2f} W")
     r.kv(2, "Instantaneous Power Draw", f"{s['power_w']:.2f} W")
-    for key in ("Current Power Limit", "Requested Power Limit", "Default Power Limit"):
-        r.kv(2, key, f"{g['power_limit_w']:.2f} W")
+    limits = ("Current Power Limit", "Requested Power Limit", "Default Power Limit")
+    if r610_layout(ctx["branch"]):
+        r.head(2, "GPU Ceiling Power Limit")
+        for key in limits:
+            r.kv(3, key, f"{g['power_limit_w']:.2f} W")
+        r.head(2, "GPU Base Power")
+        for key in ("Current Base Power", "Requested Base Power", "Default Base Power"):
+            r.kv(3, key, na)
+    else:
+        for key in limits:
+            r.kv(2, key, f"{g['power_limit_w']:.2f} W")
     r.kv(2, "Min Power Limit", f"{g['power_min_w']:.2f} W")
     r.kv(2, "Max Power Limit", f"{g['power_limit_w']:.2f} W")
     r.head(1, "GPU Memory Power Readings ")
@@ -361,8 +377,15 @@ def full_query(gpus: list, st: dict, ctx: dict) -> str:
     r = Report()
     r.lines += ["", "==============NVSMI LOG==============", ""]
     r.kv(0, "Timestamp", ctime(ctx["now"]))
-    r.kv(0, "Driver Version", ctx["driver"])
-    r.kv(0, "CUDA Version", ctx["cuda"])
+    if r610_layout(ctx["branch"]):
+        gone = "[Deprecated; will be removed in CUDA 14.0. Use {} instead]"
+        r.kv(0, "Driver Version", f"{ctx['driver']} {gone.format('KMD Version')}")
+        r.kv(0, "CUDA Version", f"{ctx['cuda']} {gone.format('CUDA UMD Version')}")
+        r.kv(0, "KMD Version", ctx["driver"])
+        r.kv(0, "CUDA UMD Version", ctx["cuda"])
+    else:
+        r.kv(0, "Driver Version", ctx["driver"])
+        r.kv(0, "CUDA Version", ctx["cuda"])
     r.lines.append("")
     r.kv(0, "Attached GPUs", len(gpus))
     for g in gpus:

@@ -4,10 +4,10 @@ column for column as real nvidia-smi prints them (see ``nvidia_smi.py``).
 
 if __package__:  # imported from the source tree (the tests, the package builder)
     from deployer.lab.gpusim.standins import common as c
-    from deployer.lab.gpusim.standins.smi_format import ctime
+    from deployer.lab.gpusim.standins.smi_format import ctime, r610_layout
 else:  # installed on a simulated host: the package ships gpusim_*.py
     import gpusim_common as c  # type: ignore[no-redef]
-    from gpusim_smi_format import ctime  # type: ignore[no-redef]
+    from gpusim_smi_format import ctime, r610_layout  # type: ignore[no-redef]
 
 
 # --- -L ---------------------------------------------------------------------------------------
@@ -45,8 +45,11 @@ def _jobs_of(st: dict, gpus: list) -> list:
 
 def table(gpus: list, st: dict, ctx: dict) -> str:
     d, cuda = ctx["driver"], ctx["cuda"]
-    out = [f"{ctime(ctx['now'])}       ", RULE89,
-           f"| NVIDIA-SMI {d:<23}Driver Version: {d:<15}CUDA Version: {cuda:<9}|",
+    if r610_layout(ctx["branch"]):
+        versions = f"| NVIDIA-SMI {d:<23}KMD Version: {d:<14}CUDA UMD Version: {cuda:<9}|"
+    else:
+        versions = f"| NVIDIA-SMI {d:<23}Driver Version: {d:<15}CUDA Version: {cuda:<9}|"
+    out = [f"{ctime(ctx['now'])}       ", RULE89, versions,
            GPU_RULE,
            "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
            "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
