@@ -183,7 +183,7 @@ def test_upgrade_target_resolves(to, target):
 
 BAD_TARGETS = [
     ("999", "unknown branch R999"),
-    ("610", "no version of R610 is known"),
+    ("620", "no version of R620 is known"),
     ("999.1.2", "unknown branch R999"),
     ("latest", "neither a branch"),
     ("580.126.20.1", "neither a branch"),

@@ -130,7 +130,7 @@ REFUSED = [
     ),
     (
         "branch with no known version",
-        dict(gpu_model="H100", nvidia_driver_branch="610"),
+        dict(gpu_model="H100", nvidia_driver_branch="620"),
         "driver-version-unknown",
     ),
     (
