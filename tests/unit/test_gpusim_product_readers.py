@@ -48,14 +48,16 @@ def booted(tmp_path: Path, debs: list[Path], version: str) -> tuple[Path, dict[s
     return root, env
 
 
+def on(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+
+
 @pytest.mark.parametrize("version", RELEASES)
 def test_the_facts_read_the_driver_and_gpus_every_simulated_release_prints(
     tmp_path: Path, debs, version: str
 ) -> None:
     _, env = booted(tmp_path, debs, version)
-    proc = subprocess.run(
-        ["sh", "-c", FACTS_SCRIPT], capture_output=True, text=True, timeout=60, env=env
-    )
+    proc = on(env, "sh", "-c", FACTS_SCRIPT)
     assert proc.returncode == 0, proc.stderr
     f = parse_facts("gpu01", CommandResult("facts", 0, proc.stdout, proc.stderr))
     assert (f.nvidia_smi, f.driver_smi, f.driver_loaded) == ("ok", version, version)
@@ -68,14 +70,8 @@ def test_nvidia_driver_check_verifies_every_simulated_release(
     tmp_path: Path, debs, version: str
 ) -> None:
     _, env = booted(tmp_path, debs, version)
-    ok = subprocess.run(
-        [str(CHECK), "verify", version, "2", "nvidia-open"],
-        capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
+    ok = on(env, str(CHECK), "verify", version, "2", "nvidia-open")
     assert ok.returncode == 0, ok.stderr
-    wrong = subprocess.run(
-        [str(CHECK), "verify", version, "4", "nvidia-open"],
-        capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
+    wrong = on(env, str(CHECK), "verify", version, "4", "nvidia-open")
     assert wrong.returncode == 1
     assert "nvidia-smi sees 2 GPUs, the inventory's gpu_count is 4" in wrong.stderr
