@@ -296,8 +296,6 @@ def _application_clock(key: str):
     return f
 
 
-# Query fields only some branches' nvidia-smi knows (smi_format): asked elsewhere, the field is
-# refused as nvidia-smi refuses one it does not know.
 #: power_smoothing.<field> and its unit: R580/R590/R610 (not 595.80), then R610's own
 _CLASSIC_POWER_SMOOTHING = (
     ("delayed_power_smoothing_supported", None), ("primary_power_floor", "W"),
@@ -322,6 +320,8 @@ _R610_POWER_SMOOTHING = (
     ("admin_override.ramp_down_rate", "W/s"), ("admin_override.ramp_down_hysteresis", "ms"),
 )  # fmt: skip
 
+# Query fields only some branches' nvidia-smi knows (smi_format): asked elsewhere, the field is
+# refused as nvidia-smi refuses one it does not know.
 _BRANCH_FIELDS = {
     "kmd_version": kmd_version,
     **{f"power_smoothing.{k}": classic_power_smoothing for k, _u in _CLASSIC_POWER_SMOOTHING},
