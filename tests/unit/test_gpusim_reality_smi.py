@@ -70,6 +70,8 @@ CAPTURES = [
             True, fabric=True, loaded=False),
     Capture(NGE + "nvidia-h200-mig__580.173.02.txt", "H200", "580.126.20", "580.173.02", "13.0",
             True, {0: ["3g.71gb"]}, fabric=True, loaded=False),
+    Capture(NGE + "nvidia-h200__610.43.02.txt", "H200", "610.43.02", "610.43.02", "13.3", True,
+            fabric=True, loaded=False),
     Capture(NGE + "nvidia-h200-mig__610.43.02.txt", "H200", "610.43.02", "610.43.02", "13.3",
             True, {0: ["3g.71gb"]}, fabric=True, loaded=False),
 ]  # fmt: skip
