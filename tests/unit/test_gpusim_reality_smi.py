@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from deployer.lab.gpusim import apply_fault, build_packages
+from deployer.lab.gpusim.standins.smi_format import branch
 from deployer.lab.gpusim.standins.smi_query import _BRANCH_FIELDS as BRANCH_FIELDS
 from deployer.lab.gpusim.standins.smi_query import field_table
 from tests.contract.captures import help_fields
@@ -225,7 +226,7 @@ def test_every_simulated_query_field_is_one_real_nvidia_smi_lists() -> None:
 
 
 def branch_of(cap: Capture) -> int:
-    return int(cap.captured_driver.split(".")[0])
+    return branch(cap.captured_driver)
 
 
 @pytest.mark.parametrize("cap", CAPTURES, ids=IDS)

@@ -125,17 +125,15 @@ def main(argv: list) -> int:
         return 0
     lib = c.nvml_library_version() or "unknown"
     if opts["mode"] == "version":
-        nvml = ".".join(lib.split(".")[:2])
+        nvml, cuda = ".".join(lib.split(".")[:2]), c.cuda_version()
         if r610_layout(branch(lib)):
-            sys.stdout.write(f"NVIDIA-SMI version  : {lib}\nNVML version        : {nvml}\n"
-                             'DRIVER version      : Deprecated, see "KMD version" instead\n'
-                             'CUDA version        : Deprecated, see "CUDA UMD version" instead\n'
-                             f"KMD version         : {lib}\nCUDA UMD version    : {c.cuda_version()}\n"
-                             f"({c.SIM_NOTE})\n")  # fmt: skip
-            return 0
+            versions = ('DRIVER version      : Deprecated, see "KMD version" instead\n'
+                        'CUDA version        : Deprecated, see "CUDA UMD version" instead\n'
+                        f"KMD version         : {lib}\nCUDA UMD version    : {cuda}\n")  # fmt: skip
+        else:
+            versions = f"DRIVER version      : {lib}\nCUDA Version        : {cuda}\n"
         sys.stdout.write(f"NVIDIA-SMI version  : {lib}\nNVML version        : {nvml}\n"
-                         f"DRIVER version      : {lib}\nCUDA Version        : {c.cuda_version()}\n"
-                         f"({c.SIM_NOTE})\n")  # fmt: skip
+                         f"{versions}({c.SIM_NOTE})\n")  # fmt: skip
         return 0
     try:
         loaded = c.nvml_init()

@@ -53,8 +53,8 @@ def _temps(r: Report, g: dict, s: dict, branch: int) -> None:
     mem = s["memory_temp"]
     if tlimit_temps(branch):  # margins to the T.Limit (the max operating temperature)
         # R610 names the limits "... Specification" and the margin "GPU Current T.Limit Temp"
-        spec, now = (" Specification", " Current") if r610_layout(branch) else ("", "")
-        r.kv(2, f"GPU{now} T.Limit Temp", "N/A" if top is None else f"{top - s['gpu_temp']} C")
+        spec, current = (" Specification", " Current") if r610_layout(branch) else ("", "")
+        r.kv(2, f"GPU{current} T.Limit Temp", "N/A" if top is None else f"{top - s['gpu_temp']} C")
         ref = top if top is not None else g["slowdown_temp"]
         r.kv(2, f"GPU Shutdown T.Limit Temp{spec}", f"{ref - g['shutdown_temp']} C")
         r.kv(2, f"GPU Slowdown T.Limit Temp{spec}", f"{ref - g['slowdown_temp']} C")
