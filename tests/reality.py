@@ -42,6 +42,8 @@ def inventory_corpus_dir() -> Path:
 _NGE_FOUND = "utkuozdemir/nvidia_gpu_exporter internal/captures/{} @ {}"
 _NGE_18A7DC5 = "18a7dc5a4958bed2161a23188c1a5cf280dff31b"
 _NGE_3A1DB3A = "3a1db3ab720b5b1d3d45a271c5902d5b733df750"
+_NGE_0EEE0D3 = "0eee0d3187e2f014f1ba6736fd729a195e13a8c8"
+_NGE_5DCD6EC = "5dcd6ec10bf50b906d176cb2943b475211b320d4"
 PROPOSED = {
     "dcgmi/diag-r2__dcgm-4.4.2__a10g.txt": (
         "`dcgmi diag -r 2 -i 0`, DCGM 4.4.2, driver 580.105.08, GPU device id 2237 (A10G), all "
@@ -62,6 +64,11 @@ PROPOSED = {
             ("linux-x86_64__nvidia-h200-mig__580.173.02.txt", _NGE_3A1DB3A),
             # R610 with MIG on, the same layout: KMD Version, Specification temperatures
             ("linux-x86_64__nvidia-h200-mig__610.43.02.txt", _NGE_3A1DB3A),
+            # GeForce boards (no model of the matrix, none the simulator makes): what R595's
+            # 595.71.05 and R610's 610.57.04 print, one release each past the others' captures
+            ("linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05.txt", _NGE_0EEE0D3),
+            ("linux-x86_64__nvidia-geforce-rtx-4080-super__595.71.05.txt", _NGE_0EEE0D3),
+            ("linux-x86_64__nvidia-geforce-rtx-2080-super__610.57.04.txt", _NGE_5DCD6EC),
         )
     },
 }

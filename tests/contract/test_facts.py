@@ -21,6 +21,8 @@ import pytest
 from deployer.connection import CommandResult
 from deployer.facts import FACTS_SCRIPT, GPU, parse_facts
 from deployer.gpu.matrix import model_from_gpu_name
+from deployer.gpu.rules import check
+from deployer.gpu.version_plan import plan_from_vars
 from tests.contract import standins
 from tests.reality import capture, capture_text
 
@@ -34,6 +36,10 @@ L40S = "nvidia_gpu_exporter/linux-x86_64__nvidia-l40s__595.80.txt"
 H200_580 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200__580.173.02.txt"
 H200_610 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200__610.43.02.txt"
 H200_MIG_580 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200-mig__580.173.02.txt"
+# GeForce boards, no model of the matrix (proposed too): R595's 595.71.05 and R610's 610.57.04
+RTX2080S_595 = "nvidia_gpu_exporter/linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05.txt"
+RTX2080S_610 = "nvidia_gpu_exporter/linux-x86_64__nvidia-geforce-rtx-2080-super__610.57.04.txt"
+RTX4080S_595 = "nvidia_gpu_exporter/linux-x86_64__nvidia-geforce-rtx-4080-super__595.71.05.txt"
 MISMATCH = "driver-misc/nvidia-smi-mismatch.txt"
 PROC = "driver-misc/proc-driver-nvidia-version.txt"  # line 1: 515.76, line 2: 580.159.04
 
@@ -67,6 +73,8 @@ H100_MIG_GPU = gpu("NVIDIA H100 80GB HBM3", 81559, "00000000:00:09.0", "Enabled"
 H200_GPU = gpu("NVIDIA H200", 143771, "00000000:83:00.0", "Disabled")
 H200_MIG_GPU = gpu("NVIDIA H200", 143771, "00000000:83:00.0", "Enabled")
 L40S_GPU = gpu("NVIDIA L40S", 46068, "00000000:01:00.0", "[N/A]")
+RTX2080S_GPU = gpu("NVIDIA GeForce RTX 2080 SUPER", 8192, "00000000:0C:00.0", "[N/A]")
+RTX4080S_GPU = gpu("NVIDIA GeForce RTX 4080 SUPER", 16376, "00000000:01:00.0", "[N/A]")
 
 # fmt: off
 ROWS = [
@@ -82,6 +90,9 @@ ROWS = [
     Row(H200_MIG_580, "idle", None, (H200_MIG_GPU,), ("H200",), "ok", "580.173.02", None,        False),
     Row(L40S,       "idle",  1,     (L40S_GPU,),     ("L40S",), "ok", "595.80",    "515.76",     True),
     Row(L40S,       "load",  None,  (L40S_GPU,),     ("L40S",), "ok", "595.80",    None,         False),
+    Row(RTX2080S_595, "idle", 1,    (RTX2080S_GPU,), (None,), "ok", "595.71.05", "515.76",   True),
+    Row(RTX2080S_610, "load", None, (RTX2080S_GPU,), (None,), "ok", "610.57.04", None,       False),
+    Row(RTX4080S_595, "idle", None, (RTX4080S_GPU,), (None,), "ok", "595.71.05", None,       False),
     Row(MISMATCH,   "idle",  2,     (),              (),     "error", None,        "580.159.04", True,
         nvml_mismatch=True, nvml_library_version="610.43"),
     Row(None,       "idle",  1,     (),              (),    "absent", None,        "515.76",     False),
@@ -135,7 +146,21 @@ def test_facts_of_a_host_printing_real_output(row: Row, tmp_path: Path):
         assert f.kernel_module_flavour == "proprietary"  # both real /proc lines are proprietary
 
 
-SMI_CAPTURES = [H100, H100_MIG, H200, H200_MIG, L40S]
+@pytest.mark.parametrize("path", [RTX2080S_595, RTX2080S_610, RTX4080S_595],
+                         ids=["2080-super-595", "2080-super-610", "4080-super-595"])  # fmt: skip
+def test_a_gpu_of_no_model_the_matrix_lists_is_refused_by_the_name_it_prints(path, tmp_path: Path):
+    """A GeForce board where the inventory says a datacenter model: the facts' GPU names (what
+    the preflight plans with) match no model, and the compatibility check refuses the host,
+    naming the board as nvidia-smi prints it, before anything is installed."""
+    row = next(r for r in ROWS if r.smi == path)
+    names = parse_facts("gpu01", gather_here(tmp_path, row)).gpu_names()[0]
+    plan = plan_from_vars("gpu01", {"gpu_model": "L40S", "gpu_count": 1}, gpu_names=names)
+    (refusal,) = check([plan])
+    assert refusal.rule == "gpu-name-unknown"
+    assert f"GPU name {row.gpus[0].name!r} from facts matches no model" in refusal.message
+
+
+SMI_CAPTURES = [H100, H100_MIG, H200, H200_MIG, L40S, RTX2080S_595, RTX4080S_595]
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ class Row:
     capture: str
     where: str  # query-gpu | -L | -q | xml | csv | dcgmi | metrics
     name: str
-    model: str
+    model: str | None  # None: a board of no model of the matrix (GeForce)
 
 
 EXP = "nvidia_gpu_exporter/linux-x86_64__nvidia-{}.txt"
@@ -43,6 +43,10 @@ ROWS = [
     Row(EXP.format("h200-mig__580.173.02"), "-L", "NVIDIA H200", "H200"),  # proposed
     Row(EXP.format("l40s__595.80"), "query-gpu", "NVIDIA L40S", "L40S"),
     Row(EXP.format("l40s__595.80"), "-q", "NVIDIA L40S", "L40S"),
+    # proposed: GeForce boards are no model of the matrix (no word of their names is one)
+    Row(EXP.format("geforce-rtx-2080-super__595.71.05"), "-L", "NVIDIA GeForce RTX 2080 SUPER", None),
+    Row(EXP.format("geforce-rtx-2080-super__610.57.04"), "-q", "NVIDIA GeForce RTX 2080 SUPER", None),
+    Row(EXP.format("geforce-rtx-4080-super__595.71.05"), "query-gpu", "NVIDIA GeForce RTX 4080 SUPER", None),
     Row("telegraf/a100-sxm4-v12.xml", "xml", "NVIDIA A100-SXM4-80GB", "A100"),
     Row("telegraf/a10g.xml", "xml", "NVIDIA A10G", "A10"),
     Row("telegraf/tesla-t4.xml", "xml", "Tesla T4", "T4"),

@@ -29,6 +29,9 @@ L40S = "nvidia_gpu_exporter/linux-x86_64__nvidia-l40s__595.80.txt"
 # proposed for ../shared (tests/reality.py PROPOSED): R610 deprecates driver_version, still answers
 H200_610 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200__610.43.02.txt"
 H200_MIG_580 = "nvidia_gpu_exporter/linux-x86_64__nvidia-h200-mig__580.173.02.txt"  # MIG on
+# GeForce boards (proposed too): R595's 595.71.05, R610's 610.57.04 (KMD Version in its texts)
+RTX2080S_610 = "nvidia_gpu_exporter/linux-x86_64__nvidia-geforce-rtx-2080-super__610.57.04.txt"
+RTX4080S_595 = "nvidia_gpu_exporter/linux-x86_64__nvidia-geforce-rtx-4080-super__595.71.05.txt"
 MISMATCH = "driver-misc/nvidia-smi-mismatch.txt"  # NVML mismatch; exit 18 (SOURCES.md)
 PROC = "driver-misc/proc-driver-nvidia-version.txt"  # line 1: 515.76, line 2: 580.159.04
 
@@ -76,6 +79,16 @@ ROWS = [
     Row(("verify", "595.80", "1", PKG), L40S, proc_line=1, installed="1:595.80-1", rc=1,
         stderr=("loaded kernel module is 515.76, planned 595.80 (reboot required)",),
         renamed=True),
+    Row(("verify", "610.57.04", "1", PKG), RTX2080S_610, proc_line=None,
+        installed="610.57.04-1", rc=1,
+        stderr=("loaded kernel module is none, planned 610.57.04 (reboot required)",)),
+    Row(("verify", "595.71.05", "2", PKG), RTX4080S_595, proc_line=1, installed="595.71.05-1",
+        rc=1, stderr=("loaded kernel module is 515.76, planned 595.71.05 (reboot required)",
+                      "nvidia-smi sees 1 GPUs, the inventory's gpu_count is 2")),
+    Row(("verify", "610.43.02", "1", PKG), RTX2080S_610, proc_line=None,
+        installed="610.43.02-1", rc=1,
+        stderr=("loaded kernel module is none, planned 610.43.02 (reboot required)",
+                "nvidia-smi reports driver 610.57.04, planned 610.43.02")),
     Row(("verify", "515.76", "2", PKG), L40S, proc_line=1, installed="515.76-1", rc=1,
         stderr=("nvidia-smi reports driver 595.80, planned 515.76",
                 "nvidia-smi sees 1 GPUs, the inventory's gpu_count is 2"), renamed=True),
@@ -88,6 +101,10 @@ ROWS = [
     Row(("busy",), L40S, "load", rc=0,
         stdout=("20037, ffmpeg, 538 MiB", "20038, ffmpeg, 681 MiB")),
     Row(("busy",), H200_MIG, "idle", rc=1),
+    Row(("busy",), RTX2080S_610, "load", rc=0,
+        stdout=("28512, ffmpeg, 370 MiB", "28511, ffmpeg, 230 MiB")),
+    # a desktop's compositor holds the idle GeForce: busy as any process that holds a GPU
+    Row(("busy",), RTX4080S_595, "idle", rc=0, stdout=("2165, /usr/bin/kwin_wayland, 25 MiB",)),
     # nvidia-smi cannot answer: the /dev/nvidia* holders of GPUMON_PROCFS (none here)
     Row(("busy",), MISMATCH, rc=1),
 ]

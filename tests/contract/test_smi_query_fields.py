@@ -26,6 +26,9 @@ HELP_CAPTURES = [
     # proposed for ../shared (tests/reality.py PROPOSED): skipped until they join it
     ("nvidia_gpu_exporter/linux-x86_64__nvidia-h200__580.173.02.txt", True),
     ("nvidia_gpu_exporter/linux-x86_64__nvidia-h200__610.43.02.txt", True),
+    ("nvidia_gpu_exporter/linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05.txt", True),
+    ("nvidia_gpu_exporter/linux-x86_64__nvidia-geforce-rtx-4080-super__595.71.05.txt", True),
+    ("nvidia_gpu_exporter/linux-x86_64__nvidia-geforce-rtx-2080-super__610.57.04.txt", True),
     ("netdata_go.d.plugin/help-query-gpu.txt", False),  # the whole file is the help
 ]
 _QUERY = re.compile(r"--query-gpu=([A-Za-z0-9_.,]+)")

@@ -77,6 +77,18 @@ CAPTURES = [
             True, {0: ["3g.71gb"]}, fabric=True, loaded=False),
 ]  # fmt: skip
 IDS = [c.id for c in CAPTURES]
+# Captures of boards the simulator does not make (GeForce; proposed), read for what their release
+# prints whatever the board: the query fields it knows, its --version lines, its table's header.
+# The simulated board is any one that answers the same branch (no fabric, no MIG).
+RELEASES = [
+    Capture(NGE + "nvidia-geforce-rtx-2080-super__595.71.05.txt", "L40S", "595.45.04", "595.71.05",
+            "13.2", False),
+    Capture(NGE + "nvidia-geforce-rtx-4080-super__595.71.05.txt", "L40S", "595.45.04", "595.71.05",
+            "13.2", False),
+    Capture(NGE + "nvidia-geforce-rtx-2080-super__610.57.04.txt", "L40S", "610.43.02", "610.57.04",
+            "13.3", False),
+]  # fmt: skip
+RELEASE_IDS = [c.path.split("__")[1] + "-" + c.captured_driver for c in RELEASES]
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +152,21 @@ def test_idle_table_has_the_captured_layout(tmp_path: Path, debs, cap: Capture) 
     assert table_shape(sim, versions(cap)) == table_shape(real, versions(cap))
 
 
+@pytest.mark.parametrize("cap", CAPTURES + RELEASES, ids=IDS + RELEASE_IDS)
+def test_idle_table_header_is_the_captured_one(tmp_path: Path, debs, cap: Capture) -> None:
+    """The lines above the GPU rows: the version line (Driver Version / CUDA Version, or R610's
+    KMD Version / CUDA UMD Version) and the column titles, the same on every board."""
+    _, real = section(cap.path, "idle :: nvidia-smi (default table)")
+    sim = without_sim_note(smi(host(tmp_path, debs, cap)))
+
+    def header(text: str) -> list[tuple]:
+        lines = text.split("\n")
+        end = next(i for i, ln in enumerate(lines) if ln.startswith("|====="))
+        return table_shape("\n".join(lines[1 : end + 1]), versions(cap))  # after the date line
+
+    assert header(sim) == header(real)
+
+
 @pytest.mark.parametrize("cap", CAPTURES, ids=IDS)
 def test_busy_table_lists_processes_as_captured(tmp_path: Path, debs, cap: Capture) -> None:
     if not cap.loaded:
@@ -191,7 +218,7 @@ def test_compute_apps_header_is_the_captured_one(tmp_path: Path, debs, cap: Capt
     assert sim == real
 
 
-@pytest.mark.parametrize("cap", CAPTURES, ids=IDS)
+@pytest.mark.parametrize("cap", CAPTURES + RELEASES, ids=IDS + RELEASE_IDS)
 def test_version_lines_are_the_captured_ones(tmp_path: Path, debs, cap: Capture) -> None:
     _, real = section(cap.path, "capabilities :: version")
     sim = smi(host(tmp_path, debs, cap), "--version")
@@ -222,14 +249,16 @@ def test_every_simulated_query_field_is_one_real_nvidia_smi_lists() -> None:
             known = BRANCH_FIELDS.get(canonical)
             assert known is not None, name
             assert not any(known(branch_of(cap)) for cap in shared), name
-            assert any(known(branch_of(cap)) for cap in CAPTURES if cap.path in PROPOSED), name
+            assert any(
+                known(branch_of(cap)) for cap in CAPTURES + RELEASES if cap.path in PROPOSED
+            ), name
 
 
 def branch_of(cap: Capture) -> int:
     return branch(cap.captured_driver)
 
 
-@pytest.mark.parametrize("cap", CAPTURES, ids=IDS)
+@pytest.mark.parametrize("cap", CAPTURES + RELEASES, ids=IDS + RELEASE_IDS)
 def test_a_field_only_some_branches_know_is_known_where_the_capture_lists_it(cap) -> None:
     listed = listed_fields(cap)
     branch = branch_of(cap)
