@@ -23,7 +23,7 @@ from deployer.errors import InputError, RefusedOnRead
 from deployer.monitoring import rollouts
 from deployer.monitoring import tier as monitoring_tier
 from deployer.monitoring.silences import host_matchers
-from deployer.rollout import drain
+from deployer.rollout import availability, drain
 from deployer.rollout.batching import plan_batches
 from deployer.rollout.controller import Rollout, initial_record_skips
 from deployer.rollout.drain import DrainHook, DrainStateError, make_hook, node_name
@@ -263,6 +263,39 @@ def _print_refusals(pre: Preflight, err: TextIO) -> None:
     )
 
 
+_FINISHED = ("done", "skipped")
+
+
+def _packages_offered(
+    pre: Preflight, record: RunRecord | None, *, check: bool, err: TextIO
+) -> bool:
+    """Whether every host the run installs on can have every package of its plan from its
+    sources (deployer/rollout/availability.py); the refusals printed when not. A resumed run asks
+    for the hosts it has not finished only."""
+    wanted = {
+        h: t.resolved.install
+        for h, t in pre.hosts.items()
+        if not t.up_to_date
+        and t.facts.os_family == "debian"
+        and (record is None or h not in record.hosts or record.hosts[h].state not in _FINISHED)
+    }
+    if not wanted:
+        return True
+    pool = pre.session.pool
+    verdict = availability.check(
+        wanted,
+        lambda host, command, timeout: pool.get(host).run(command, timeout=timeout),
+        refresh=not check,
+    )
+    for host, note in sorted(verdict.notes.items()):
+        print(f"NOTE {host}: {note}", file=err)
+    if not verdict.refusals:
+        return True
+    pre.refusals = sorted(verdict.refusals, key=lambda r: r.host)
+    _print_refusals(pre, err)
+    return False
+
+
 def upgrade_driver(
     req: UpgradeRequest, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
@@ -314,6 +347,8 @@ def upgrade_driver(
                 )
         elif pre.refusals:
             _print_refusals(pre, err)
+            return EXIT_INPUT
+        if not _packages_offered(pre, record, check=req.check, err=err):
             return EXIT_INPUT
         opener = _drain_connection(session, options.drain_host)
         tier = monitoring_tier.load(session)

@@ -3,7 +3,9 @@ facts replaced, everything else (inventory, site, roles, plan, preflight, CLI) r
 
 ``FakeFleet.install(monkeypatch)`` makes ``DeploySession`` open a ``ScriptedConnection`` per host
 (recording every command) and read the facts the test set; a host in ``refused`` fails to
-connect as a changed host key does. Nothing here reaches a network.
+connect as a changed host key does. Asked what its package sources offer (``apt-cache policy``,
+deployer/rollout/availability.py), a host offers what the plan installs, as ``apt-cache policy``
+prints it, unless the test scripted another answer. Nothing here reaches a network.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from deployer import session as session_module
-from deployer.connection import ScriptedConnection
+from deployer.connection import CommandResult, ScriptedConnection
 from deployer.errors import FactsUnread, HostKeyRefused
 from deployer.facts import GPU, HostFacts
 from deployer.gpu import driver_record
+from deployer.rollout import availability
 from deployer.session import DeploySession
 
 MODEL_NAMES = {
@@ -65,6 +68,39 @@ def gpu_facts(
     )
 
 
+class FleetConnection(ScriptedConnection):
+    """A host of the fleet: scripted answers first; then, asked what its package sources offer,
+    every package of the plan at the version the plan installs (its NVIDIA source configured)."""
+
+    def run(
+        self, command: str, *, stdin: bytes | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        if availability.PLAN_COMMENT in command and not any(n in command for n, _ in self.rules):
+            self.commands.append(command)
+            self.stdins.append(stdin)
+            return CommandResult(command, 0, offering(command), "")
+        return super().run(command, stdin=stdin, timeout=timeout)
+
+
+def offering(command: str) -> str:
+    """``apt-cache policy``'s answer of a host whose sources offer what the plan of ``command``
+    (``availability.policy_script``) installs."""
+    first = command.splitlines()[0]
+    out = [f"{availability.SOURCE_MARK} yes"]
+    for spec in first[len(availability.PLAN_COMMENT) :].split():
+        name, _, version = spec.partition("=")
+        version = version or "1.0-1"
+        out += [
+            f"{name}:",
+            "  Installed: (none)",
+            f"  Candidate: {version}",
+            "  Version table:",
+            f"     {version} 500",
+            "        500 http://repo.example/cuda/debian12/x86_64  Packages",
+        ]
+    return "\n".join(out) + "\n"
+
+
 @dataclass
 class FakeFleet:
     facts: dict[str, HostFacts] = field(default_factory=dict)
@@ -75,7 +111,7 @@ class FakeFleet:
 
     def connection(self, host: str) -> ScriptedConnection:
         if host not in self.conns:
-            conn = ScriptedConnection(name=host)
+            conn = FleetConnection(name=host)
             for path, text in self.files.get(host, {}).items():
                 conn.on(path, 0, text)
             self.conns[host] = conn

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from deployer.cli import cli
 from deployer.roles import load_site
+from deployer.rollout import availability
 from deployer.session import DEFAULT_SITE, DeploySession, RunOptions
 from tests.unit.gpufleet import FakeFleet, gpu_facts, write_inventory
 
@@ -220,3 +221,71 @@ def test_with_drain_none_hosts_an_earlier_run_left_are_no_reason_to_refuse(
     left_run(state_dir, inv, LEFT_RUN, {"g1": "installing"})
     result = upgrade(inv, "--to", "580", "--drain", "none", "--check")
     assert result.exit_code == 0, result.output
+
+
+# apt-cache policy of a host whose mirror has every package of the plan but the driver of --to
+NO_DRIVER_580_126 = """gpumon-nvidia-source: yes
+nvidia-open:
+  Installed: 580.65.06-1
+  Candidate: 580.65.06-1
+  Version table:
+ *** 580.65.06-1 500
+        500 http://mirror.example/cuda/debian12/x86_64  Packages
+        100 /var/lib/dpkg/status
+nvidia-driver-pinning-580:
+  Installed: (none)
+  Candidate: 580.65.06-1
+  Version table:
+     580.65.06-1 500
+        500 http://mirror.example/cuda/debian12/x86_64  Packages
+""" + "".join(
+    f"""{name}:
+  Installed: (none)
+  Candidate: {version}
+  Version table:
+     {version} 500
+        500 http://mirror.example/cuda/debian12/x86_64  Packages
+"""
+    for name, version in (
+        ("datacenter-gpu-manager-4-core", "1:4.6.0-1"),
+        ("datacenter-gpu-manager-4-cuda13", "1:4.6.0-1"),
+        ("datacenter-gpu-manager-exporter", "4.8.3-1"),
+    )
+)
+
+
+def test_a_driver_the_hosts_sources_lack_refuses_the_run_before_anything_is_touched(
+    tmp_path, monkeypatch, state_dir
+):
+    inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}, "g2": {"gpu_model": "H100"}})
+    fleet = FakeFleet(facts={h: gpu_facts(h) for h in ("g1", "g2")})
+    fleet.connection("g1").on("apt-cache policy", 0, NO_DRIVER_580_126)
+    fleet.install(monkeypatch)
+    result = upgrade(inv, "--to", "580", "--drain", "none")
+    assert result.exit_code == 2, result.output
+    assert (
+        "REFUSED g1: its package sources do not offer nvidia-open=580.126.20-1 (offered: "
+        "580.65.06-1)"
+        in result.output
+        and "[package-unavailable]" in result.output
+    )
+    assert "REFUSED g2" not in result.output  # its sources offer the plan (gpufleet)
+    assert "nothing was changed" in result.output
+    # on g1: the facts, the question, the lists refreshed, the question again; nothing else
+    ran = fleet.commands("g1")
+    assert [c for c in ran if "apt-get" in c and "update" in c] == [availability.update_script()]
+    assert all("apt-cache policy" in c or "update" in c or "gpumon" in c for c in ran), ran
+    assert not state_dir.exists() or list(state_dir.iterdir()) == []  # no run recorded
+
+
+def test_check_mode_notes_a_driver_the_hosts_lists_lack_and_refreshes_nothing(
+    tmp_path, monkeypatch, state_dir
+):
+    inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}})
+    fleet = FakeFleet(facts={"g1": gpu_facts("g1")})
+    fleet.connection("g1").on("apt-cache policy", 0, NO_DRIVER_580_126)
+    fleet.install(monkeypatch)
+    result = upgrade(inv, "--to", "580", "--check")
+    assert result.exit_code == 0, result.output
+    assert "NOTE g1: not in its package lists: nvidia-open=580.126.20-1" in result.output
+    assert not any("update" in c for c in fleet.commands("g1"))

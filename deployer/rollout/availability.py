@@ -1,0 +1,259 @@
+"""Whether every package a rollout installs can be had on its host, asked before any host is
+touched.
+
+``upgrade-driver`` drains a host, waits for its jobs, silences it and stops its GPU daemons before
+it installs; a version the host's package sources do not offer (a mirror of an air-gapped cluster
+not synced yet, a ``--to`` of a release the mirror never carried) failed only at the install, the
+node drained and its jobs sent elsewhere for nothing. Now the run's preflight asks each Debian-family
+host that has anything to install what its sources offer, ``apt-cache policy`` of every package of
+its plan (read-only), and refuses the run (exit 2, nothing drained, silenced or stopped) naming the
+host, each package at the version it needs and the versions its sources do offer.
+
+A host's package lists may be older than its sources: where a needed version is not in them, the
+lists are refreshed (``apt-get update``, what the install step does first anyway; no package
+changes) and read again, so only what the sources themselves lack is refused. ``--check`` does not
+refresh: what its lists lack is a note, not a refusal.
+
+Not asked: a host whose NVIDIA repository is not configured yet (the install step configures it
+first; then what it offers is known only there), and RPM-family hosts: no host of the lab runs
+dnf to hold an answer of ``dnf list --showduplicates`` to, so there the install step still finds
+out (README, "Who changes a GPU host's driver").
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from deployer.connection import CommandResult
+from deployer.errors import HostUnreachable
+from deployer.executor import DEFAULT_FORKS
+from deployer.gpu.rules import PackagePin, Refusal
+from deployer.modules.package import APT_STAMP, lock_retry
+
+RULE = "package-unavailable"
+# The apt source the nvidia_driver role writes (roles/nvidia_driver/tasks/main.yml, its
+# apt_repository task's name; tests/unit/test_rollout_availability.py holds the two together).
+NVIDIA_SOURCE = "nvidia-cuda"
+_SOURCES_DIR = "/etc/apt/sources.list.d"
+_DPKG_STATUS = "/var/lib/dpkg/status"
+SOURCE_MARK = "gpumon-nvidia-source:"
+PLAN_COMMENT = "# the plan installs: "
+POLICY_TIMEOUT_S = 120
+UPDATE_TIMEOUT_S = 900
+LOCK_TIMEOUT_S = 120
+
+Run = Callable[[str, str, float], CommandResult]  # (host, command, timeout) -> result
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What ``apt-cache policy`` says of one package: the installed version, the candidate, and
+    each version of its version table with whether a source other than dpkg's status file (a
+    repository) offers it."""
+
+    installed: str | None
+    candidate: str | None
+    versions: dict[str, bool] = field(default_factory=dict)
+
+    def downloadable(self) -> list[str]:
+        return [v for v, from_source in self.versions.items() if from_source]
+
+
+def policy_script(pins: Iterable[PackagePin]) -> str:
+    """Read-only shell: whether the NVIDIA source is configured, then ``apt-cache policy`` of
+    the pins' packages in the C locale. Its first line, a comment, names what the plan installs
+    (``name=version``), for whoever reads the command in a log."""
+    pins = list(pins)
+    names = dict.fromkeys(p.name for p in pins)
+    quoted = " ".join(shlex.quote(n) for n in names)
+    src = f"{_SOURCES_DIR}/{NVIDIA_SOURCE}"
+    return (
+        f"{PLAN_COMMENT}{' '.join(p.apt for p in pins)}\n"
+        f"if [ -e {src}.sources ] || [ -e {src}.list ]; then echo '{SOURCE_MARK} yes'; "
+        f"else echo '{SOURCE_MARK} no'; fi\n"
+        f"LC_ALL=C apt-cache policy -- {quoted}\n"
+    )
+
+
+def update_script() -> str:
+    """``apt-get update`` as the package module runs it (waiting on apt's lock), and its stamp."""
+    update = lock_retry(
+        f"apt-get -q -o DPkg::Lock::Timeout={LOCK_TIMEOUT_S} update", LOCK_TIMEOUT_S
+    )
+    return f"{update}\nmkdir -p /var/lib/apt/lists && touch -- {APT_STAMP}\n"
+
+
+_ROW = re.compile(r"^ (\*\*\*|   ) (\S+) (-?\d+)$")
+_SOURCE = re.compile(r"^ {8}(-?\d+) (.+)$")
+
+
+def parse_policy(text: str) -> tuple[bool | None, dict[str, Offer]]:
+    """(whether the NVIDIA source is configured, None when not said; package -> Offer) from
+    :func:`policy_script`'s output. A package no source or dpkg knows is not in it."""
+    configured: bool | None = None
+    offers: dict[str, Offer] = {}
+    name: str | None = None
+    installed = candidate = None
+    versions: dict[str, bool] = {}
+    current: str | None = None
+
+    def close() -> None:
+        if name is not None:
+            offers[name] = Offer(installed, candidate, dict(versions))
+
+    for line in text.splitlines():
+        if line.startswith(SOURCE_MARK):
+            configured = line[len(SOURCE_MARK) :].strip() == "yes"
+        elif line and not line[0].isspace() and line.endswith(":"):
+            close()
+            name, installed, candidate, versions, current = line[:-1], None, None, {}, None
+        elif name is None:
+            continue
+        elif line.startswith("  Installed: "):
+            installed = _version(line.split(": ", 1)[1])
+        elif line.startswith("  Candidate: "):
+            candidate = _version(line.split(": ", 1)[1])
+        elif m := _ROW.match(line):
+            current = m.group(2)
+            versions.setdefault(current, False)
+        elif (
+            (m := _SOURCE.match(line))
+            and current is not None
+            and m.group(2).strip() != _DPKG_STATUS
+        ):
+            versions[current] = True
+    close()
+    return configured, offers
+
+
+def _version(said: str) -> str | None:
+    said = said.strip()
+    return None if said == "(none)" else said
+
+
+def missing(pins: Iterable[PackagePin], offers: Mapping[str, Offer]) -> list[str]:
+    """What of ``pins`` the host cannot have, each as ``name=version`` with what is offered."""
+    out = []
+    for p in pins:
+        o = offers.get(p.name)
+        if o is None:
+            out.append(f"{p.apt} (no source offers {p.name})")
+        elif p.deb_version is None:
+            if o.candidate is None and o.installed is None:
+                out.append(f"{p.apt} (no source offers {p.name})")
+        elif p.deb_version != o.installed and not o.versions.get(p.deb_version):
+            offered = ", ".join(o.downloadable()) or "none"
+            out.append(f"{p.apt} (offered: {offered})")
+    return out
+
+
+@dataclass
+class Verdict:
+    """The hosts refused (their refusals), and what is worth a note."""
+
+    refusals: list[Refusal] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def check(
+    wanted: Mapping[str, tuple[PackagePin, ...]],
+    run: Run,
+    *,
+    refresh: bool,
+    forks: int = DEFAULT_FORKS,
+) -> Verdict:
+    """Each host of ``wanted`` (host -> the packages its plan installs; Debian family) asked what
+    its sources offer; refreshed once when its lists lack something and ``refresh``."""
+
+    def one(host: str) -> tuple[str, Refusal | None, str | None]:
+        pins = wanted[host]
+        try:
+            configured, offers = _read(run, host, pins)
+            if configured is False:
+                return (
+                    host,
+                    None,
+                    (
+                        f"its NVIDIA repository ({_SOURCES_DIR}/{NVIDIA_SOURCE}.*) is not configured "
+                        "yet: what it offers is known once the install step configures it"
+                    ),
+                )
+            lacking = missing(pins, offers)
+            refreshed = False
+            if lacking and refresh:
+                result = run(host, update_script(), UPDATE_TIMEOUT_S)
+                if result.rc != 0:
+                    return (
+                        host,
+                        _refusal(host, lacking, f"apt-get update failed: {_tail(result)}"),
+                        None,
+                    )
+                refreshed = True
+                _, offers = _read(run, host, pins)
+                lacking = missing(pins, offers)
+        except HostUnreachable as exc:
+            return host, Refusal(host, RULE, f"what its package sources offer could not be read: {exc}",
+                                 "make the host reachable, or --limit it out"), None  # fmt: skip
+        except _Unread as exc:
+            return host, Refusal(host, RULE, str(exc), "see the command's output on the host"), None
+        if not lacking:
+            return host, None, None
+        if not refresh:
+            return (
+                host,
+                None,
+                (
+                    "not in its package lists: "
+                    + "; ".join(lacking)
+                    + " (check mode reads the lists "
+                    "as they are: the run refreshes them first, and refuses what they still lack)"
+                ),
+            )
+        said = "after apt-get update" if refreshed else ""
+        return host, _refusal(host, lacking, said), None
+
+    verdict = Verdict()
+    hosts = list(wanted)
+    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:
+        for host, refusal, note in pool.map(one, hosts):
+            if refusal is not None:
+                verdict.refusals.append(refusal)
+            if note is not None:
+                verdict.notes[host] = note
+    return verdict
+
+
+class _Unread(RuntimeError):
+    pass
+
+
+def _read(
+    run: Run, host: str, pins: tuple[PackagePin, ...]
+) -> tuple[bool | None, dict[str, Offer]]:
+    result = run(host, policy_script(pins), POLICY_TIMEOUT_S)
+    if result.rc != 0:
+        raise _Unread(f"apt-cache policy failed (exit {result.rc}): {_tail(result)}")
+    configured, offers = parse_policy(result.stdout)
+    if configured is None:  # the script's first echo is missing: not its output
+        raise _Unread(f"what its package sources offer could not be read: {_tail(result)}")
+    return configured, offers
+
+
+def _refusal(host: str, lacking: list[str], when: str) -> Refusal:
+    where = f" ({when})" if when else ""
+    return Refusal(
+        host,
+        RULE,
+        "its package sources do not offer " + "; ".join(lacking) + where,
+        "sync the mirror nvidia_repo_url points at, or give --to a version it offers; nothing "
+        "was drained, silenced or stopped",
+    )
+
+
+def _tail(result: CommandResult) -> str:
+    text = (result.stderr or result.stdout or "").strip()
+    return " / ".join(text.splitlines()[-3:]) or "no output"
