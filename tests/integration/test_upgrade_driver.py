@@ -6,6 +6,8 @@ tests/integration/test_gpu_reality_lab.py, and rolling them here too would doubl
 The module converges gpu01-gpu04 at driver 580.65.06 and the monitoring tier first, then:
 
 - a branch past R580 is refused for the V100 host (exit 2, nothing touched, no run recorded);
+- a driver the matrix lists but the lab's mirror does not carry (590.44.01) is refused after
+  each host's apt was asked (exit 2, nothing drained, silenced or stopped; ``--check`` notes it);
 - a host made to fail validation (``upgrade-validation`` fault: ``dcgmi diag`` fails) stops the
   run at --max-failures 1; it stays drained and silenced (an alert it raises reaches nobody,
   while the same alert on a host outside the run reaches the test's webhook); the host after it
@@ -209,6 +211,44 @@ def test_check_prints_the_plan_and_changes_nothing(ulab, baseline, state_env):
     assert 'node="gpu01"' in gpu01["silence"] and "drain" in gpu01["drain"]
     assert list(Path(state_env["GPUMON_ROLLOUT_STATE_DIR"]).iterdir()) == []
     assert loaded(ulab, "gpu01") == BASELINE
+
+
+def test_a_driver_the_hosts_mirror_lacks_is_refused_before_any_host_is_touched(
+    ulab, baseline, inventory, state_env
+):
+    """590.44.01 is in the matrix (R590's first release) but not on the lab's mirror, which
+    carries the release of the real captures, 590.48.01: each host's apt is asked (its lists
+    refreshed first), and the run is refused with nothing drained, silenced or stopped."""
+    silences = [
+        s for s in http_json(f"{am_url(inventory)}/api/v2/silences")
+        if s["status"]["state"] == "active"
+    ]  # fmt: skip
+    proc = gpumon(
+        "upgrade-driver", "-i", baseline, "--to", "590.44.01", "--limit", "gpu01:gpu02",
+        *DRAIN_ARGS, env=state_env,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    for host in ("gpu01", "gpu02"):
+        said = next(ln for ln in proc.stderr.splitlines() if ln.startswith(f"REFUSED {host}:"))
+        assert "its package sources do not offer nvidia-open=590.44.01-1 (offered: " in said
+        assert "590.48.01-1" in said and "(after apt-get update)" in said
+        assert "[package-unavailable]" in said
+    assert list(Path(state_env["GPUMON_ROLLOUT_STATE_DIR"]).iterdir()) == []
+    assert sh(ulab, "mon01", f"ls {MARKERS} 2>/dev/null | wc -l").strip() == "0"  # none drained
+    assert [
+        s for s in http_json(f"{am_url(inventory)}/api/v2/silences")
+        if s["status"]["state"] == "active"
+    ] == silences  # fmt: skip
+    for host in ("gpu01", "gpu02"):
+        assert loaded(ulab, host) == BASELINE
+        assert sh(ulab, host, "systemctl is-active nvidia-dcgm.service").strip() == "active"
+    # --check reads the lists as they are (refreshed above: they lack it still) and notes it
+    proc = gpumon(
+        "upgrade-driver", "-i", baseline, "--to", "590.44.01", "--limit", "gpu01", "--check",
+        *DRAIN_ARGS, env=state_env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "NOTE gpu01: not in its package lists: nvidia-open=590.44.01-1" in proc.stderr
 
 
 # ---- a validation failure -----------------------------------------------------------------------
