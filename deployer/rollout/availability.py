@@ -9,6 +9,11 @@ host that has anything to install what its sources offer, ``apt-cache policy`` o
 its plan (read-only), and refuses the run (exit 2, nothing drained, silenced or stopped) naming the
 host, each package at the version it needs and the versions its sources do offer.
 
+Asked in the same round trip: ``dpkg --audit``. Packages dpkg left half-installed (an install
+interrupted, a maintainer script that failed) make apt refuse every install until they are
+finished, so a host with any is refused too (``dpkg-unfinished``, also in ``--check``: that state
+is exact), naming them and ``dpkg --configure -a``.
+
 A host's package lists may be older than its sources: where a needed version is not in them, the
 lists are refreshed (``apt-get update``, what the install step does first anyway; no package
 changes) and read again, so only what the sources themselves lack is refused. ``--check`` does not
@@ -35,6 +40,7 @@ from deployer.gpu.rules import PackagePin, Refusal
 from deployer.modules.package import APT_STAMP, lock_retry
 
 RULE = "package-unavailable"
+UNFINISHED_RULE = "dpkg-unfinished"
 # The apt source the nvidia_driver role writes (roles/nvidia_driver/tasks/main.yml, its
 # apt_repository task's name; tests/unit/test_rollout_availability.py holds the two together).
 NVIDIA_SOURCE = "nvidia-cuda"
@@ -42,6 +48,8 @@ _SOURCES_DIR = "/etc/apt/sources.list.d"
 _DPKG_STATUS = "/var/lib/dpkg/status"
 SOURCE_MARK = "gpumon-nvidia-source:"
 PLAN_COMMENT = "# the plan installs: "
+AUDIT_MARK = "@@ dpkg --audit"
+POLICY_MARK = "@@ apt-cache policy"
 POLICY_TIMEOUT_S = 120
 UPDATE_TIMEOUT_S = 900
 LOCK_TIMEOUT_S = 120
@@ -64,8 +72,9 @@ class Offer:
 
 
 def policy_script(pins: Iterable[PackagePin]) -> str:
-    """Read-only shell: whether the NVIDIA source is configured, then ``apt-cache policy`` of
-    the pins' packages in the C locale. Its first line, a comment, names what the plan installs
+    """Read-only shell: whether the NVIDIA source is configured, what ``dpkg --audit`` finds
+    (packages dpkg left half-installed, which make every apt install fail until finished), then
+    ``apt-cache policy`` of the pins' packages, in the C locale. Its first line, a comment, names what the plan installs
     (``name=version``), for whoever reads the command in a log."""
     pins = list(pins)
     names = dict.fromkeys(p.name for p in pins)
@@ -75,7 +84,8 @@ def policy_script(pins: Iterable[PackagePin]) -> str:
         f"{PLAN_COMMENT}{' '.join(p.apt for p in pins)}\n"
         f"if [ -e {src}.sources ] || [ -e {src}.list ]; then echo '{SOURCE_MARK} yes'; "
         f"else echo '{SOURCE_MARK} no'; fi\n"
-        f"LC_ALL=C apt-cache policy -- {quoted}\n"
+        f"echo '{AUDIT_MARK}'; LC_ALL=C dpkg --audit 2>&1\n"
+        f"echo '{POLICY_MARK}'; LC_ALL=C apt-cache policy -- {quoted}\n"
     )
 
 
@@ -91,10 +101,38 @@ _ROW = re.compile(r"^ (\*\*\*|   ) (\S+) (-?\d+)$")
 _SOURCE = re.compile(r"^ {8}(-?\d+) (.+)$")
 
 
-def parse_policy(text: str) -> tuple[bool | None, dict[str, Offer]]:
-    """(whether the NVIDIA source is configured, None when not said; package -> Offer) from
-    :func:`policy_script`'s output. A package no source or dpkg knows is not in it."""
+@dataclass(frozen=True)
+class Answer:
+    """:func:`policy_script`'s output: whether the NVIDIA source is configured (None: not said,
+    so not the script's output), what ``dpkg --audit`` printed, and package -> Offer (a package
+    no source or dpkg knows is not in it)."""
+
+    configured: bool | None
+    audit: tuple[str, ...]
+    offers: dict[str, Offer]
+
+
+def parse_answer(text: str) -> Answer:
     configured: bool | None = None
+    audit: list[str] = []
+    policy: list[str] = []
+    into: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith(SOURCE_MARK):
+            configured = line[len(SOURCE_MARK) :].strip() == "yes"
+        elif line == AUDIT_MARK:
+            into = audit
+        elif line == POLICY_MARK:
+            into = policy
+        elif into is not None:
+            into.append(line)
+    return Answer(
+        configured, tuple(ln for ln in audit if ln.strip()), parse_policy("\n".join(policy))
+    )
+
+
+def parse_policy(text: str) -> dict[str, Offer]:
+    """package -> Offer from ``apt-cache policy``'s output."""
     offers: dict[str, Offer] = {}
     name: str | None = None
     installed = candidate = None
@@ -106,9 +144,7 @@ def parse_policy(text: str) -> tuple[bool | None, dict[str, Offer]]:
             offers[name] = Offer(installed, candidate, dict(versions))
 
     for line in text.splitlines():
-        if line.startswith(SOURCE_MARK):
-            configured = line[len(SOURCE_MARK) :].strip() == "yes"
-        elif line and not line[0].isspace() and line.endswith(":"):
+        if line and not line[0].isspace() and line.endswith(":"):
             close()
             name, installed, candidate, versions, current = line[:-1], None, None, {}, None
         elif name is None:
@@ -127,7 +163,7 @@ def parse_policy(text: str) -> tuple[bool | None, dict[str, Offer]]:
         ):
             versions[current] = True
     close()
-    return configured, offers
+    return offers
 
 
 def _version(said: str) -> str | None:
@@ -172,8 +208,11 @@ def check(
     def one(host: str) -> tuple[str, Refusal | None, str | None]:
         pins = wanted[host]
         try:
-            configured, offers = _read(run, host, pins)
-            if configured is False:
+            answer = _read(run, host, pins)
+            if answer.audit:
+                return host, _unfinished(host, answer.audit), None
+            offers = answer.offers
+            if answer.configured is False:
                 return (
                     host,
                     None,
@@ -193,7 +232,7 @@ def check(
                         None,
                     )
                 refreshed = True
-                _, offers = _read(run, host, pins)
+                offers = _read(run, host, pins).offers
                 lacking = missing(pins, offers)
         except HostUnreachable as exc:
             return host, Refusal(host, RULE, f"what its package sources offer could not be read: {exc}",
@@ -231,16 +270,30 @@ class _Unread(RuntimeError):
     pass
 
 
-def _read(
-    run: Run, host: str, pins: tuple[PackagePin, ...]
-) -> tuple[bool | None, dict[str, Offer]]:
+def _read(run: Run, host: str, pins: tuple[PackagePin, ...]) -> Answer:
     result = run(host, policy_script(pins), POLICY_TIMEOUT_S)
     if result.rc != 0:
         raise _Unread(f"apt-cache policy failed (exit {result.rc}): {_tail(result)}")
-    configured, offers = parse_policy(result.stdout)
-    if configured is None:  # the script's first echo is missing: not its output
+    answer = parse_answer(result.stdout)
+    if answer.configured is None:  # the script's first echo is missing: not its output
         raise _Unread(f"what its package sources offer could not be read: {_tail(result)}")
-    return configured, offers
+    return answer
+
+
+def _unfinished(host: str, audit: tuple[str, ...]) -> Refusal:
+    """dpkg left packages half-installed (an install interrupted, a maintainer script that
+    failed): apt refuses every install until they are finished, so the driver's would fail with
+    the host drained."""
+    listed = [ln.split()[0] for ln in audit if ln.startswith(" ") and ln.split()]
+    what = ", ".join(listed[:10]) + (f" and {len(listed) - 10} more" if len(listed) > 10 else "")
+    return Refusal(
+        host,
+        UNFINISHED_RULE,
+        f"dpkg has not finished installing {what or 'some packages'} (dpkg --audit: "
+        f"{audit[0].strip()})",
+        "finish them on the host (dpkg --configure -a) or remove them, then run again; nothing "
+        "was drained, silenced or stopped",
+    )
 
 
 def _refusal(host: str, lacking: list[str], when: str) -> Refusal:

@@ -8,6 +8,7 @@ The module converges gpu01-gpu04 at driver 580.65.06 and the monitoring tier fir
 - a branch past R580 is refused for the V100 host (exit 2, nothing touched, no run recorded);
 - a driver the matrix lists but the lab's mirror does not carry (590.44.01) is refused after
   each host's apt was asked (exit 2, nothing drained, silenced or stopped; ``--check`` notes it);
+- a host where dpkg left a package half-installed is refused, naming it (exit 2, nothing touched);
 - a host made to fail validation (``upgrade-validation`` fault: ``dcgmi diag`` fails) stops the
   run at --max-failures 1; it stays drained and silenced (an alert it raises reaches nobody,
   while the same alert on a host outside the run reaches the test's webhook); the host after it
@@ -249,6 +250,40 @@ def test_a_driver_the_hosts_mirror_lacks_is_refused_before_any_host_is_touched(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "NOTE gpu01: not in its package lists: nvidia-open=590.44.01-1" in proc.stderr
+
+
+BROKEN = "gpumon-test-broken"
+
+
+def test_a_host_where_dpkg_left_a_package_half_installed_is_refused_before_anything(
+    ulab, baseline, state_env
+):
+    """A package unpacked and never configured (an install interrupted) makes apt refuse every
+    install: the run is refused naming it and ``dpkg --configure -a``, with nothing touched."""
+    sh(ulab, "gpu02", f"mkdir -p /tmp/{BROKEN}/DEBIAN && printf 'Package: {BROKEN}\\nVersion: 1\\n"
+       f"Architecture: all\\nMaintainer: t <t@example.com>\\nDescription: t\\n' "
+       f"> /tmp/{BROKEN}/DEBIAN/control && dpkg-deb --build /tmp/{BROKEN} /tmp/{BROKEN}.deb "
+       f"&& dpkg --unpack /tmp/{BROKEN}.deb")  # fmt: skip
+    try:
+        proc = gpumon(
+            "upgrade-driver", "-i", baseline, "--to", "595", "--limit", "gpu01:gpu02",
+            *DRAIN_ARGS, env=state_env,
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert f"REFUSED gpu02: dpkg has not finished installing {BROKEN} (dpkg --audit: " in (
+            proc.stderr
+        )
+        assert "dpkg --configure -a" in proc.stderr and "[dpkg-unfinished]" in proc.stderr
+        assert "REFUSED gpu01" not in proc.stderr  # its mirror offers 595.45.04
+        assert list(Path(state_env["GPUMON_ROLLOUT_STATE_DIR"]).iterdir()) == []
+        assert sh(ulab, "mon01", f"ls {MARKERS} 2>/dev/null | wc -l").strip() == "0"
+        assert loaded(ulab, "gpu01") == BASELINE and loaded(ulab, "gpu02") == BASELINE
+    finally:
+        sh(
+            ulab,
+            "gpu02",
+            f"dpkg --purge {BROKEN} >/dev/null; rm -rf /tmp/{BROKEN} /tmp/{BROKEN}.deb",
+        )
 
 
 # ---- a validation failure -----------------------------------------------------------------------

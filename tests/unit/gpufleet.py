@@ -86,7 +86,7 @@ def offering(command: str) -> str:
     """``apt-cache policy``'s answer of a host whose sources offer what the plan of ``command``
     (``availability.policy_script``) installs."""
     first = command.splitlines()[0]
-    out = [f"{availability.SOURCE_MARK} yes"]
+    out = [f"{availability.SOURCE_MARK} yes", availability.AUDIT_MARK, availability.POLICY_MARK]
     for spec in first[len(availability.PLAN_COMMENT) :].split():
         name, _, version = spec.partition("=")
         version = version or "1.0-1"

@@ -14,7 +14,7 @@ from deployer.connection import CommandResult, LocalConnection
 from deployer.errors import HostUnreachable
 from deployer.gpu.rules import PackagePin
 from deployer.rollout import availability
-from deployer.rollout.availability import Offer, check, missing, parse_policy, policy_script
+from deployer.rollout.availability import Offer, check, missing, parse_answer, policy_script
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,6 +26,8 @@ DCGM = PackagePin("datacenter-gpu-manager-4-core", "4.6.0", "1:4.6.0-1", "dcgm")
 # (LC_ALL=C apt-cache policy, as this machine's apt prints it: a version pinned by the role's
 # apt_preferences shows its priority, 1001, on its own row only)
 LAGGING = """gpumon-nvidia-source: yes
+@@ dpkg --audit
+@@ apt-cache policy
 nvidia-open:
   Installed: 580.126.20-1
   Candidate: 580.126.20-1
@@ -53,8 +55,9 @@ datacenter-gpu-manager-4-core:
 
 
 def test_apt_cache_policy_is_read_version_by_version_with_where_each_comes_from():
-    configured, offers = parse_policy(LAGGING)
-    assert configured is True
+    answer = parse_answer(LAGGING)
+    assert (answer.configured, answer.audit) == (True, ())
+    offers = answer.offers
     assert offers["nvidia-open"] == Offer(
         "580.126.20-1",
         "580.126.20-1",
@@ -78,9 +81,11 @@ def test_the_script_read_on_this_machine_s_real_apt():
         PackagePin("no-such-package-x", "1", "1-1", "driver"),
     )
     result = LocalConnection().run(policy_script(pins), timeout=60)
-    configured, offers = parse_policy(result.stdout)
+    answer = parse_answer(result.stdout)
+    offers = answer.offers
     assert result.rc == 0, result.stderr
-    assert configured is (Path("/etc/apt/sources.list.d/nvidia-cuda.sources").exists())
+    assert answer.configured is (Path("/etc/apt/sources.list.d/nvidia-cuda.sources").exists())
+    assert answer.audit == ()  # this machine's dpkg has nothing half-installed
     assert offers["bash"].installed == bash and bash in offers["bash"].versions
     assert "no-such-package-x" not in offers
     assert missing(pins, offers) == ["no-such-package-x=1-1 (no source offers no-such-package-x)"]
@@ -103,8 +108,7 @@ def test_the_script_read_on_this_machine_s_real_apt():
     ],
 )  # fmt: skip
 def test_what_a_host_cannot_have_is_named_with_what_it_is_offered(pin, lacking):
-    _, offers = parse_policy(LAGGING)
-    assert missing([pin], offers) == ([lacking] if lacking else [])
+    assert missing([pin], parse_answer(LAGGING).offers) == ([lacking] if lacking else [])
 
 
 class Host:
@@ -182,3 +186,26 @@ def test_the_nvidia_source_asked_for_is_the_one_the_driver_role_writes():
     tasks = yaml.safe_load((REPO / "roles/nvidia_driver/tasks/main.yml").read_text())
     names = [t["apt_repository"]["name"] for t in tasks if "apt_repository" in t]
     assert names == [availability.NVIDIA_SOURCE]
+
+
+# dpkg --audit (Debian 12's dpkg, LC_ALL=C) on a lab host where a package (built there, described
+# "t") was unpacked and never configured, as an interrupted install leaves one
+UNPACKED = """The following packages have been unpacked but not yet configured.
+They must be configured using dpkg --configure or the configure
+menu option in dselect for them to work:
+ gpumon-test-broken   t
+
+"""
+
+
+@pytest.mark.parametrize("refresh", [True, False], ids=["run", "check"])
+def test_a_host_dpkg_left_half_installed_is_refused_naming_the_packages(refresh):
+    host = Host(LAGGING.replace("@@ dpkg --audit\n", "@@ dpkg --audit\n" + UNPACKED))
+    (refusal,) = check({"gpu01": (OPEN,)}, host.run, refresh=refresh).refusals
+    assert refusal.rule == "dpkg-unfinished"
+    assert refusal.message == (
+        "dpkg has not finished installing gpumon-test-broken (dpkg --audit: The following "
+        "packages have been unpacked but not yet configured.)"
+    )
+    assert "dpkg --configure -a" in refusal.fix
+    assert not any("update" in c for c in host.commands)  # nothing else asked

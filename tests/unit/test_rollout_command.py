@@ -225,6 +225,8 @@ def test_with_drain_none_hosts_an_earlier_run_left_are_no_reason_to_refuse(
 
 # apt-cache policy of a host whose mirror has every package of the plan but the driver of --to
 NO_DRIVER_580_126 = """gpumon-nvidia-source: yes
+@@ dpkg --audit
+@@ apt-cache policy
 nvidia-open:
   Installed: 580.65.06-1
   Candidate: 580.65.06-1
