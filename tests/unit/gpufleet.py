@@ -83,21 +83,35 @@ class FleetConnection(ScriptedConnection):
 
 
 def offering(command: str) -> str:
-    """``apt-cache policy``'s answer of a host whose sources offer what the plan of ``command``
+    """The answer of a host whose sources offer what the plan of ``command``
     (``availability.policy_script``) installs."""
     first = command.splitlines()[0]
-    out = [f"{availability.SOURCE_MARK} yes", availability.AUDIT_MARK, availability.POLICY_MARK]
+    offered = {}
     for spec in first[len(availability.PLAN_COMMENT) :].split():
         name, _, version = spec.partition("=")
-        version = version or "1.0-1"
+        offered[name] = (None, [version or "1.0-1"])
+    return policy_answer(offered)
+
+
+def policy_answer(packages: dict[str, tuple[str | None, list[str]]]) -> str:
+    """``availability.policy_script``'s output on a host with its NVIDIA source and nothing for
+    ``dpkg --audit``, its ``apt-cache policy`` (apt 2.6's layout) of ``packages``: name ->
+    (installed version or None, the versions its sources offer)."""
+    out = [f"{availability.SOURCE_MARK} yes", availability.AUDIT_MARK, availability.POLICY_MARK]
+    for name, (installed, versions) in packages.items():
         out += [
             f"{name}:",
-            "  Installed: (none)",
-            f"  Candidate: {version}",
+            f"  Installed: {installed or '(none)'}",
+            f"  Candidate: {versions[0] if versions else installed or '(none)'}",
             "  Version table:",
-            f"     {version} 500",
-            "        500 http://repo.example/cuda/debian12/x86_64  Packages",
         ]
+        for v in versions:
+            out += [
+                f" {'***' if v == installed else '   '} {v} 500",
+                "        500 http://repo.example/cuda/debian12/x86_64  Packages",
+            ]
+            if v == installed:
+                out.append("        100 /var/lib/dpkg/status")
     return "\n".join(out) + "\n"
 
 

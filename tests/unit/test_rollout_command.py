@@ -11,7 +11,7 @@ from deployer.cli import cli
 from deployer.roles import load_site
 from deployer.rollout import availability
 from deployer.session import DEFAULT_SITE, DeploySession, RunOptions
-from tests.unit.gpufleet import FakeFleet, gpu_facts, write_inventory
+from tests.unit.gpufleet import FakeFleet, gpu_facts, policy_answer, write_inventory
 
 
 @pytest.fixture
@@ -223,36 +223,15 @@ def test_with_drain_none_hosts_an_earlier_run_left_are_no_reason_to_refuse(
     assert result.exit_code == 0, result.output
 
 
-# apt-cache policy of a host whose mirror has every package of the plan but the driver of --to
-NO_DRIVER_580_126 = """gpumon-nvidia-source: yes
-@@ dpkg --audit
-@@ apt-cache policy
-nvidia-open:
-  Installed: 580.65.06-1
-  Candidate: 580.65.06-1
-  Version table:
- *** 580.65.06-1 500
-        500 http://mirror.example/cuda/debian12/x86_64  Packages
-        100 /var/lib/dpkg/status
-nvidia-driver-pinning-580:
-  Installed: (none)
-  Candidate: 580.65.06-1
-  Version table:
-     580.65.06-1 500
-        500 http://mirror.example/cuda/debian12/x86_64  Packages
-""" + "".join(
-    f"""{name}:
-  Installed: (none)
-  Candidate: {version}
-  Version table:
-     {version} 500
-        500 http://mirror.example/cuda/debian12/x86_64  Packages
-"""
-    for name, version in (
-        ("datacenter-gpu-manager-4-core", "1:4.6.0-1"),
-        ("datacenter-gpu-manager-4-cuda13", "1:4.6.0-1"),
-        ("datacenter-gpu-manager-exporter", "4.8.3-1"),
-    )
+# a host whose mirror has every package of the plan but the driver of --to
+NO_DRIVER_580_126 = policy_answer(
+    {
+        "nvidia-open": ("580.65.06-1", ["580.65.06-1"]),
+        "nvidia-driver-pinning-580": (None, ["580.65.06-1"]),
+        "datacenter-gpu-manager-4-core": (None, ["1:4.6.0-1"]),
+        "datacenter-gpu-manager-4-cuda13": (None, ["1:4.6.0-1"]),
+        "datacenter-gpu-manager-exporter": (None, ["4.8.3-1"]),
+    }
 )
 
 
