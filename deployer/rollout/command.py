@@ -2,8 +2,9 @@
 
 Exit status: 0 every selected host upgraded (or already at the target); 1 a host failed, the run
 stopped at --max-failures / --max-unavailable, a host was unreachable, or the run was
-interrupted (continue with ``--resume RUN``); 2 bad input or a plan the matrix refuses for some
-selected host -- the refused hosts are listed and nothing is touched (``--limit`` them out, e.g.
+interrupted (continue with ``--resume RUN``); 2 bad input, a plan the matrix refuses for some
+selected host, or a host that cannot install its plan (a package its sources do not offer, a
+package dpkg left half-installed) -- the refused hosts are listed and nothing is touched (``--limit`` them out, e.g.
 ``--limit 'gpu:!gpu04'``, to upgrade the others). ``--check`` answers as the run would: 2 for a
 refused plan, 1 when a selected host could not be read (unreachable, its host key refused), so
 its part of the plan is unknown, 0 only for a plan of every selected host.
@@ -269,9 +270,9 @@ _FINISHED = ("done", "skipped")
 def _packages_offered(
     pre: Preflight, record: RunRecord | None, *, check: bool, err: TextIO
 ) -> bool:
-    """Whether every host the run installs on can have every package of its plan from its
-    sources (deployer/rollout/availability.py); the refusals printed when not. A resumed run asks
-    for the hosts it has not finished only."""
+    """Whether every host the run installs on can install its plan: every package offered by
+    its sources, nothing dpkg left half-installed (deployer/rollout/availability.py); the
+    refusals printed when not. A resumed run asks for the hosts it has not finished only."""
     wanted = {
         h: t.resolved.install
         for h, t in pre.hosts.items()
