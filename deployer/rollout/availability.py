@@ -4,10 +4,11 @@ touched.
 ``upgrade-driver`` drains a host, waits for its jobs, silences it and stops its GPU daemons before
 it installs; a version the host's package sources do not offer (a mirror of an air-gapped cluster
 not synced yet, a ``--to`` of a release the mirror never carried) failed only at the install, the
-node drained and its jobs sent elsewhere for nothing. Now the run's preflight asks each Debian-family
-host that has anything to install what its sources offer, ``apt-cache policy`` of every package of
-its plan (read-only), and refuses the run (exit 2, nothing drained, silenced or stopped) naming the
-host, each package at the version it needs and the versions its sources do offer.
+node drained and its jobs sent elsewhere for nothing. Now the run's preflight asks each
+Debian-family host that has anything to install what its sources offer, ``apt-cache policy`` of
+every package of its plan (read-only), and refuses the run (exit 2, nothing drained, silenced or
+stopped) naming the host, each package at the version it needs and the versions its sources do
+offer.
 
 Asked in the same round trip: ``dpkg --audit``. Packages dpkg left half-installed (an install
 interrupted, a maintainer script that failed) make apt refuse every install until they are
@@ -74,8 +75,8 @@ class Offer:
 def policy_script(pins: Iterable[PackagePin]) -> str:
     """Read-only shell: whether the NVIDIA source is configured, what ``dpkg --audit`` finds
     (packages dpkg left half-installed, which make every apt install fail until finished), then
-    ``apt-cache policy`` of the pins' packages, in the C locale. Its first line, a comment, names what the plan installs
-    (``name=version``), for whoever reads the command in a log."""
+    ``apt-cache policy`` of the pins' packages, in the C locale. Its first line, a comment,
+    names what the plan installs (``name=version``), for whoever reads the command in a log."""
     pins = list(pins)
     names = dict.fromkeys(p.name for p in pins)
     quoted = " ".join(shlex.quote(n) for n in names)
@@ -113,6 +114,7 @@ class Answer:
 
 
 def parse_answer(text: str) -> Answer:
+    """:func:`policy_script`'s output, section by section."""
     configured: bool | None = None
     audit: list[str] = []
     policy: list[str] = []
@@ -203,57 +205,21 @@ def check(
     forks: int = DEFAULT_FORKS,
 ) -> Verdict:
     """Each host of ``wanted`` (host -> the packages its plan installs; Debian family) asked what
-    its sources offer; refreshed once when its lists lack something and ``refresh``."""
+    its sources offer (and what dpkg left half-installed)."""
 
     def one(host: str) -> tuple[str, Refusal | None, str | None]:
-        pins = wanted[host]
         try:
-            answer = _read(run, host, pins)
-            if answer.audit:
-                return host, _unfinished(host, answer.audit), None
-            offers = answer.offers
-            if answer.configured is False:
-                return (
-                    host,
-                    None,
-                    (
-                        f"its NVIDIA repository ({_SOURCES_DIR}/{NVIDIA_SOURCE}.*) is not configured "
-                        "yet: what it offers is known once the install step configures it"
-                    ),
-                )
-            lacking = missing(pins, offers)
-            refreshed = False
-            if lacking and refresh:
-                result = run(host, update_script(), UPDATE_TIMEOUT_S)
-                if result.rc != 0:
-                    return (
-                        host,
-                        _refusal(host, lacking, f"apt-get update failed: {_tail(result)}"),
-                        None,
-                    )
-                refreshed = True
-                offers = _read(run, host, pins).offers
-                lacking = missing(pins, offers)
+            refusal, note = _judge(run, host, wanted[host], refresh)
         except HostUnreachable as exc:
-            return host, Refusal(host, RULE, f"what its package sources offer could not be read: {exc}",
-                                 "make the host reachable, or --limit it out"), None  # fmt: skip
-        except _Unread as exc:
-            return host, Refusal(host, RULE, str(exc), "see the command's output on the host"), None
-        if not lacking:
-            return host, None, None
-        if not refresh:
+            why = f"what its package sources offer could not be read: {exc}"
             return (
                 host,
+                Refusal(host, RULE, why, "make the host reachable, or --limit it out"),
                 None,
-                (
-                    "not in its package lists: "
-                    + "; ".join(lacking)
-                    + " (check mode reads the lists "
-                    "as they are: the run refreshes them first, and refuses what they still lack)"
-                ),
             )
-        said = "after apt-get update" if refreshed else ""
-        return host, _refusal(host, lacking, said), None
+        except _Unread as exc:
+            return host, Refusal(host, RULE, str(exc), "see the command's output on the host"), None
+        return host, refusal, note
 
     verdict = Verdict()
     hosts = list(wanted)
@@ -268,6 +234,34 @@ def check(
 
 class _Unread(RuntimeError):
     pass
+
+
+def _judge(
+    run: Run, host: str, pins: tuple[PackagePin, ...], refresh: bool
+) -> tuple[Refusal | None, str | None]:
+    """(the host's refusal, a note) from its answers: refreshed once where its lists lack a
+    package and ``refresh``."""
+    answer = _read(run, host, pins)
+    if answer.audit:
+        return _unfinished(host, answer.audit), None
+    if answer.configured is False:
+        return None, (
+            f"its NVIDIA repository ({_SOURCES_DIR}/{NVIDIA_SOURCE}.*) is not configured yet: "
+            "what it offers is known once the install step configures it"
+        )
+    lacking = missing(pins, answer.offers)
+    if not lacking:
+        return None, None
+    if not refresh:
+        return None, (
+            "not in its package lists: " + "; ".join(lacking) + " (check mode reads the lists "
+            "as they are: the run refreshes them first, and refuses what they still lack)"
+        )
+    result = run(host, update_script(), UPDATE_TIMEOUT_S)
+    if result.rc != 0:
+        return _refusal(host, lacking, f"apt-get update failed: {_tail(result)}"), None
+    lacking = missing(pins, _read(run, host, pins).offers)
+    return (_refusal(host, lacking, "after apt-get update") if lacking else None), None
 
 
 def _read(run: Run, host: str, pins: tuple[PackagePin, ...]) -> Answer:

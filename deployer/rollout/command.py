@@ -4,8 +4,8 @@ Exit status: 0 every selected host upgraded (or already at the target); 1 a host
 stopped at --max-failures / --max-unavailable, a host was unreachable, or the run was
 interrupted (continue with ``--resume RUN``); 2 bad input, a plan the matrix refuses for some
 selected host, or a host that cannot install its plan (a package its sources do not offer, a
-package dpkg left half-installed) -- the refused hosts are listed and nothing is touched (``--limit`` them out, e.g.
-``--limit 'gpu:!gpu04'``, to upgrade the others). ``--check`` answers as the run would: 2 for a
+package dpkg left half-installed) -- the refused hosts are listed and nothing is touched
+(``--limit`` them out, e.g. ``--limit 'gpu:!gpu04'``, to upgrade the others). ``--check`` answers as the run would: 2 for a
 refused plan, 1 when a selected host could not be read (unreachable, its host key refused), so
 its part of the plan is unknown, 0 only for a plan of every selected host.
 """
