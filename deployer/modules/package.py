@@ -37,6 +37,7 @@ _VERSION = re.compile(r"^[A-Za-z0-9.+:~_-]+\*?$")
 # Our own stamp of the last successful ``apt-get update`` (apt's periodic stamp is also read).
 APT_STAMP = "/var/lib/apt/lists/.gpumon-update-stamp"
 _APT_PERIODIC_STAMP = "/var/lib/apt/periodic/update-success-stamp"
+STAMP_COMMAND = f"mkdir -p /var/lib/apt/lists && touch -- {q(APT_STAMP)}"
 _INSTALLED = {"installed", "triggers-pending", "triggers-awaited"}
 _LOCK_MESSAGES = (
     "Could not get lock",
@@ -55,6 +56,14 @@ def package_names(key: str, value: Any) -> list[str]:
     if len(set(names)) != len(names):
         raise ArgError(key, "a package is named twice")
     return list(names)
+
+
+def update_command(lock_timeout_s: int) -> str:
+    """``apt-get update``, waiting up to ``lock_timeout_s`` for apt's lock; run
+    ``STAMP_COMMAND`` after it succeeds."""
+    return lock_retry(
+        f"apt-get -q -o DPkg::Lock::Timeout={int(lock_timeout_s)} update", lock_timeout_s
+    )
 
 
 def lock_retry(command: str, limit_s: int) -> str:
@@ -263,12 +272,8 @@ class Package(Module):
         lock = f"-o DPkg::Lock::Timeout={int(args['lock_timeout'])}"
         limit = args["lock_timeout"]
         if args["update_cache"] and ("cache_fresh" in obs.differences or install):
-            run_checked(
-                session,
-                lock_retry(f"apt-get -q {lock} update", limit) + "\n",
-                timeout=900,
-            )
-            run_checked(session, f"mkdir -p /var/lib/apt/lists && touch -- {q(APT_STAMP)}")
+            run_checked(session, update_command(limit) + "\n", timeout=900)
+            run_checked(session, STAMP_COMMAND)
             if args["state"] == "latest":
                 # The fresh lists may name a newer candidate for every package of this task.
                 install = list(args["name"])

@@ -38,7 +38,8 @@ from deployer.connection import CommandResult
 from deployer.errors import HostUnreachable
 from deployer.executor import DEFAULT_FORKS
 from deployer.gpu.rules import PackagePin, Refusal
-from deployer.modules.package import APT_STAMP, lock_retry
+from deployer.modules.package import STAMP_COMMAND, update_command
+from deployer.rollout.hostops import output_tail
 
 RULE = "package-unavailable"
 UNFINISHED_RULE = "dpkg-unfinished"
@@ -88,14 +89,6 @@ def policy_script(pins: Iterable[PackagePin]) -> str:
         f"echo '{AUDIT_MARK}'; LC_ALL=C dpkg --audit 2>&1\n"
         f"echo '{POLICY_MARK}'; LC_ALL=C apt-cache policy -- {quoted}\n"
     )
-
-
-def update_script() -> str:
-    """``apt-get update`` as the package module runs it (waiting on apt's lock), and its stamp."""
-    update = lock_retry(
-        f"apt-get -q -o DPkg::Lock::Timeout={LOCK_TIMEOUT_S} update", LOCK_TIMEOUT_S
-    )
-    return f"{update}\nmkdir -p /var/lib/apt/lists && touch -- {APT_STAMP}\n"
 
 
 _ROW = re.compile(r"^ (\*\*\*|   ) (\S+) (-?\d+)$")
@@ -257,9 +250,11 @@ def _judge(
             "not in its package lists: " + "; ".join(lacking) + " (check mode reads the lists "
             "as they are: the run refreshes them first, and refuses what they still lack)"
         )
-    result = run(host, update_script(), UPDATE_TIMEOUT_S)
+    # as the package module refreshes before an install: the update, then its stamp
+    result = run(host, update_command(LOCK_TIMEOUT_S), UPDATE_TIMEOUT_S)
     if result.rc != 0:
-        return _refusal(host, lacking, f"apt-get update failed: {_tail(result)}"), None
+        return _refusal(host, lacking, f"apt-get update failed: {output_tail(result)}"), None
+    run(host, STAMP_COMMAND, POLICY_TIMEOUT_S)
     lacking = missing(pins, _read(run, host, pins).offers)
     return (_refusal(host, lacking, "after apt-get update") if lacking else None), None
 
@@ -267,10 +262,10 @@ def _judge(
 def _read(run: Run, host: str, pins: tuple[PackagePin, ...]) -> Answer:
     result = run(host, policy_script(pins), POLICY_TIMEOUT_S)
     if result.rc != 0:
-        raise _Unread(f"apt-cache policy failed (exit {result.rc}): {_tail(result)}")
+        raise _Unread(f"apt-cache policy failed (exit {result.rc}): {output_tail(result)}")
     answer = parse_answer(result.stdout)
     if answer.configured is None:  # the script's first echo is missing: not its output
-        raise _Unread(f"what its package sources offer could not be read: {_tail(result)}")
+        raise _Unread(f"what its package sources offer could not be read: {output_tail(result)}")
     return answer
 
 
@@ -291,16 +286,10 @@ def _unfinished(host: str, audit: tuple[str, ...]) -> Refusal:
 
 
 def _refusal(host: str, lacking: list[str], when: str) -> Refusal:
-    where = f" ({when})" if when else ""
     return Refusal(
         host,
         RULE,
-        "its package sources do not offer " + "; ".join(lacking) + where,
+        "its package sources do not offer " + "; ".join(lacking) + f" ({when})",
         "sync the mirror nvidia_repo_url points at, or give --to a version it offers; nothing "
         "was drained, silenced or stopped",
     )
-
-
-def _tail(result: CommandResult) -> str:
-    text = (result.stderr or result.stdout or "").strip()
-    return " / ".join(text.splitlines()[-3:]) or "no output"

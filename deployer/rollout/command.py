@@ -5,9 +5,10 @@ stopped at --max-failures / --max-unavailable, a host was unreachable, or the ru
 interrupted (continue with ``--resume RUN``); 2 bad input, a plan the matrix refuses for some
 selected host, or a host that cannot install its plan (a package its sources do not offer, a
 package dpkg left half-installed) -- the refused hosts are listed and nothing is touched
-(``--limit`` them out, e.g. ``--limit 'gpu:!gpu04'``, to upgrade the others). ``--check`` answers as the run would: 2 for a
-refused plan, 1 when a selected host could not be read (unreachable, its host key refused), so
-its part of the plan is unknown, 0 only for a plan of every selected host.
+(``--limit`` them out, e.g. ``--limit 'gpu:!gpu04'``, to upgrade the others). ``--check``
+answers as the run would: 2 for a refused plan, 1 when a selected host could not be read
+(unreachable, its host key refused), so its part of the plan is unknown, 0 only for a plan of
+every selected host.
 """
 
 from __future__ import annotations
@@ -264,21 +265,16 @@ def _print_refusals(pre: Preflight, err: TextIO) -> None:
     )
 
 
-_FINISHED = ("done", "skipped")
-
-
 def _packages_offered(
-    pre: Preflight, record: RunRecord | None, *, check: bool, err: TextIO
+    pre: Preflight, finished: Collection[str], *, check: bool, err: TextIO
 ) -> bool:
     """Whether every host the run installs on can install its plan: every package offered by
     its sources, nothing dpkg left half-installed (deployer/rollout/availability.py); the
-    refusals printed when not. A resumed run asks for the hosts it has not finished only."""
+    refusals printed when not. Hosts a resumed run ``finished`` are not asked."""
     wanted = {
         h: t.resolved.install
         for h, t in pre.hosts.items()
-        if not t.up_to_date
-        and t.facts.os_family == "debian"
-        and (record is None or h not in record.hosts or record.hosts[h].state not in _FINISHED)
+        if not t.up_to_date and t.facts.os_family == "debian" and h not in finished
     }
     if not wanted:
         return True
@@ -332,9 +328,13 @@ def upgrade_driver(
         if record is None and hook.kind in _NO_OWNER_KINDS:
             _refuse_hosts_left(req, session.hosts, hook.kind)  # before any host is contacted
         pre = run_preflight(session, to)
+        # hosts a resumed run finished are never touched again: only the others need preflight
+        finished = (
+            set() if record is None
+            else {h for h, r in record.hosts.items() if r.state in ("done", "skipped")}
+        )  # fmt: skip
         if record is not None:
-            # hosts this run finished are never touched again: only the others need preflight
-            pending = [h for h, r in record.hosts.items() if r.state not in ("done", "skipped")]
+            pending = [h for h in record.hosts if h not in finished]
             refused = [r for r in pre.refusals if r.host in pending]
             if refused:
                 pre.refusals = refused
@@ -349,7 +349,7 @@ def upgrade_driver(
         elif pre.refusals:
             _print_refusals(pre, err)
             return EXIT_INPUT
-        if not _packages_offered(pre, record, check=req.check, err=err):
+        if not _packages_offered(pre, finished, check=req.check, err=err):
             return EXIT_INPUT
         opener = _drain_connection(session, options.drain_host)
         tier = monitoring_tier.load(session)

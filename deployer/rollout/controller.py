@@ -39,6 +39,7 @@ from deployer.roles import Play
 from deployer.rollout import batching, drain, hostops
 from deployer.rollout.drain import DrainHook, DrainStateError, NodeState, node_name
 from deployer.rollout.host_targets import GPU_ROLES, HostTarget
+from deployer.rollout.hostops import output_tail
 from deployer.rollout.options import RolloutOptions, Timeouts, target_overrides
 from deployer.rollout.state import FAILED, SKIPPED, TERMINAL, RunRecord, StateStore, next_step
 from deployer.rollout.validation import validate
@@ -366,7 +367,7 @@ class Rollout:
                 self._note(host, "resumed by someone else since the run started: drained again")
             result = self._drain_run(self.hook.command("drain", node, self._reason(host)) or "")
             if result.rc != 0:
-                raise StepFailed(f"drain failed (rc={result.rc}): {_tail(result)}")
+                raise StepFailed(f"drain failed (rc={result.rc}): {output_tail(result)}")
             with self._lock:
                 rec.drained_by_run = True
             self.store.save(self.record)
@@ -383,9 +384,11 @@ class Rollout:
             if self.clock() >= deadline:
                 raise StepFailed(
                     f"the scheduler still runs work on {node} after "
-                    f"{self.options.job_timeout}s (--job-timeout): {_tail(result)}"
+                    f"{self.options.job_timeout}s (--job-timeout): {output_tail(result)}"
                 )
-            self.view.detail(host, f"waiting for the scheduler to empty {node}: {_tail(result, 1)}")
+            self.view.detail(
+                host, f"waiting for the scheduler to empty {node}: {output_tail(result, 1)}"
+            )
             self._wait(POLL_S)
 
     def _release(self, host: str) -> None:
@@ -427,7 +430,7 @@ class Rollout:
             return False
         result = self._drain_run(command)
         if result.rc != 0:
-            raise StepFailed(f"undrain failed (rc={result.rc}): {_tail(result)}")
+            raise StepFailed(f"undrain failed (rc={result.rc}): {output_tail(result)}")
         self._note(host, done)
         return True
 
@@ -442,7 +445,7 @@ class Rollout:
             if result.rc == 0:
                 return
             if result.rc != 3:
-                raise StepFailed(f"cannot list GPU processes: {_tail(result)}")
+                raise StepFailed(f"cannot list GPU processes: {output_tail(result)}")
             if self.clock() >= deadline:
                 raise StepFailed(
                     f"GPU compute processes still running after {self.options.job_timeout}s: "
@@ -481,7 +484,7 @@ class Rollout:
     def _step_stopping(self, host: str) -> None:
         result = self._run_on(host, hostops.stop_services_script(), timeout=180)
         if result.rc != 0:
-            raise StepFailed(f"stopping the GPU services failed: {_tail(result)}")
+            raise StepFailed(f"stopping the GPU services failed: {output_tail(result)}")
 
     def _step_installing(self, host: str) -> None:
         report = self._converge(host)
@@ -517,7 +520,7 @@ class Rollout:
             if result.rc != 0 or loaded != want:
                 raise StepFailed(
                     f"module reload did not load {want} (loaded: {loaded or 'none'}): "
-                    f"{_tail(result)}; reboot the host or use --reboot auto"
+                    f"{output_tail(result)}; reboot the host or use --reboot auto"
                 )
             return
         self._note(host, f"boot before reboot: {boot_now}")
@@ -574,7 +577,7 @@ class Rollout:
         )
         result = self._run_on(host, write_command(record), timeout=60)
         if result.rc != 0:
-            raise StepFailed(f"recording the driver on the host failed: {_tail(result)}")
+            raise StepFailed(f"recording the driver on the host failed: {output_tail(result)}")
 
     def _step_undraining(self, host: str) -> None:
         rec = self.record.hosts[host]
@@ -614,11 +617,6 @@ def _gpu_plays(plays: tuple[Play, ...]) -> tuple[Play, ...]:
 
 def _failed_tasks(report: RunReport, host: str) -> list[TaskResult]:
     return [t for t in report.host(host).tasks if t.status == Status.FAILED]
-
-
-def _tail(result: CommandResult, lines: int = 3) -> str:
-    text = (result.stderr.strip() or result.stdout.strip()).splitlines()
-    return " | ".join(text[-lines:]) or f"exit status {result.rc}"
 
 
 def initial_record_skips(record: RunRecord, targets: dict[str, HostTarget]) -> None:

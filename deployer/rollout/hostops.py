@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from deployer import dcgm_fields
+from deployer.connection import CommandResult
 from deployer.facts import REFUSED_DRIVER_VERSION
 
 # Compute processes on the GPUs (one CSV line each; nothing when idle). rc!=0: nvidia-smi failed.
@@ -213,3 +214,9 @@ def jobs_script(driver_check: str) -> str:
         f"out=$({COMPUTE_APPS}) || {{ printf '%s\\n' \"$out\" >&2; exit 2; }}\n"
         'if [ -n "$out" ]; then printf \'%s\\n\' "$out"; exit 3; fi'
     )
+
+
+def output_tail(result: CommandResult, lines: int = 3) -> str:
+    """The last ``lines`` lines a host's command said (its stderr, else its stdout), for an error."""
+    text = (result.stderr.strip() or result.stdout.strip()).splitlines()
+    return " | ".join(text[-lines:]) or f"exit status {result.rc}"

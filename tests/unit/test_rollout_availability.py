@@ -13,6 +13,7 @@ import yaml
 from deployer.connection import CommandResult, LocalConnection
 from deployer.errors import HostUnreachable
 from deployer.gpu.rules import PackagePin
+from deployer.modules.package import STAMP_COMMAND, update_command
 from deployer.rollout import availability
 from deployer.rollout.availability import Offer, check, missing, parse_answer, policy_script
 
@@ -126,7 +127,12 @@ class Host:
             return CommandResult(command, self.update_rc, "", "E: Failed to fetch mirror")
         if "apt-cache policy" in command:
             return CommandResult(command, 0, self.after if self.updated else self.before, "")
+        if command == STAMP_COMMAND:
+            return CommandResult(command, 0, "", "")
         raise AssertionError(command)
+
+
+REFRESH = [update_command(availability.LOCK_TIMEOUT_S), STAMP_COMMAND]  # as the package module
 
 
 OFFERS_590_44 = LAGGING.replace("     590.48.01-1 500", "     590.44.01-1 500")
@@ -136,7 +142,7 @@ def test_lists_older_than_the_sources_are_refreshed_once_then_nothing_is_refused
     host = Host(LAGGING, after=OFFERS_590_44)
     verdict = check({"gpu01": (OPEN, PINNING)}, host.run, refresh=True)
     assert verdict.refusals == [] and verdict.notes == {}
-    assert [c for c in host.commands if "update" in c] == [availability.update_script()]
+    assert [c for c in host.commands if "apt-cache policy" not in c] == REFRESH
 
 
 def test_a_version_the_sources_lack_after_the_refresh_refuses_the_host_naming_what_they_offer():
@@ -151,8 +157,10 @@ def test_a_version_the_sources_lack_after_the_refresh_refuses_the_host_naming_wh
 
 
 def test_a_failed_refresh_refuses_with_apt_s_own_words():
-    (refusal,) = check({"gpu01": (OPEN,)}, Host(LAGGING, update_rc=100).run, refresh=True).refusals
+    host = Host(LAGGING, update_rc=100)
+    (refusal,) = check({"gpu01": (OPEN,)}, host.run, refresh=True).refusals
     assert "apt-get update failed: E: Failed to fetch mirror" in refusal.message
+    assert STAMP_COMMAND not in host.commands  # the lists are not fresh: no stamp says they are
 
 
 def test_check_mode_reads_the_lists_as_they_are_and_notes_what_they_lack():

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from deployer.cli import cli
+from deployer.modules.package import update_command
 from deployer.roles import load_site
 from deployer.rollout import availability
 from deployer.session import DEFAULT_SITE, DeploySession, RunOptions
@@ -254,7 +255,9 @@ def test_a_driver_the_hosts_sources_lack_refuses_the_run_before_anything_is_touc
     assert "nothing was changed" in result.output
     # on g1: the facts, the question, the lists refreshed, the question again; nothing else
     ran = fleet.commands("g1")
-    assert [c for c in ran if "apt-get" in c and "update" in c] == [availability.update_script()]
+    assert [c for c in ran if "apt-get" in c and "update" in c] == [
+        update_command(availability.LOCK_TIMEOUT_S)
+    ]
     assert all("apt-cache policy" in c or "update" in c or "gpumon" in c for c in ran), ran
     assert not state_dir.exists() or list(state_dir.iterdir()) == []  # no run recorded
 
