@@ -64,6 +64,7 @@ if [ -r /etc/os-release ]; then . /etc/os-release; fi
 printf 'id=%s\nversion_id=%s\nid_like=%s\npretty=%s\n' "${ID:-}" "${VERSION_ID:-}" "${ID_LIKE:-}" "${PRETTY_NAME:-}"
 { read -r kernel < /proc/sys/kernel/osrelease; } 2>/dev/null || kernel=$(uname -r)
 printf 'arch=%s\nkernel=%s\n' "${HOSTTYPE:-$(uname -m)}" "$kernel"
+if [ -e "/lib/modules/$kernel/build/include" ]; then echo 'kernel_headers=yes'; else echo 'kernel_headers=no'; fi
 echo '@@pci'
 for d in /sys/bus/pci/devices/*; do
   { read -r v < "$d/vendor"; } 2>/dev/null || continue
@@ -154,6 +155,9 @@ class HostFacts:
     os_version: str = ""
     arch: str = ""
     kernel: str = ""
+    # the running kernel's headers are where DKMS builds against (``/lib/modules/<kernel>/build/
+    # include``, the test of Debian's dkms ``common.postinst``); None: not read
+    kernel_headers: bool | None = None
     nvidia_pci_gpus: int = 0
     # PCI device ids of those GPUs (sysfs ``device``, e.g. "2330"): the model before any driver
     nvidia_pci_gpu_ids: list[str] = field(default_factory=list)
@@ -231,6 +235,8 @@ def parse_facts(host: str, result: CommandResult) -> HostFacts:
     f.os_id, f.os_version = kv.get("id", ""), kv.get("version_id", "")
     f.os_family = _family(f.os_id, kv.get("id_like", ""))
     f.arch, f.kernel = kv.get("arch", ""), kv.get("kernel", "")
+    if "kernel_headers" in kv:
+        f.kernel_headers = kv["kernel_headers"] == "yes"
     for line in s["pci"]:
         parts = line.split()
         if len(parts) in (2, 3):

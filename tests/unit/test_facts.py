@@ -69,6 +69,23 @@ def test_os_family_version_arch_and_kernel():
     assert f.nvidia_smi == "absent" and f.gpus == [] and not f.reboot_required
 
 
+@pytest.mark.parametrize(("line", "has"), [("kernel_headers=yes\n", True),
+                                           ("kernel_headers=no\n", False), ("", None)])  # fmt: skip
+def test_whether_the_running_kernels_headers_are_where_dkms_builds_against(line, has):
+    # None: an output without the line (an older script's) says nothing either way
+    f = parse_facts("h", CommandResult("facts", 0, OS + line + "@@pci\n@@nvswitch\n0\n", ""))
+    assert f.kernel_headers is has
+
+
+def test_the_script_reads_the_headers_where_debians_dkms_tests_for_them():
+    # dkms 3.0.10 /usr/lib/dkms/common.postinst, _check_kernel_dir: test -e $DIR/include, with
+    # DIR=/lib/modules/$KVER/build; this machine's own answer is the script's
+    import os
+
+    f = gather(LocalConnection("controller"))
+    assert f.kernel_headers is os.path.exists(f"/lib/modules/{f.kernel}/build/include")
+
+
 def test_gpus_from_nvidia_smi():
     f = facts_of(SMI_OK, PROC_OPEN, PKGS)
     assert [g.index for g in f.gpus] == [0, 1]
