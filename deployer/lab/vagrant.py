@@ -126,6 +126,10 @@ def vagrant_inventory(
     # Each VM has its own key and user in ssh-config; no lab-wide defaults apply.
     del all_vars["ansible_ssh_private_key_file"]
     del all_vars["ansible_user"]
+    # The VMs boot Debian's kernel, whose headers the lab's offline mirror does not carry (its
+    # stand-in is of the lab machine's kernel, gpusim.catalog.kernel_headers_package), and the
+    # simulated driver builds no module: the nvidia_driver role leaves the headers alone.
+    all_vars["nvidia_driver_kernel_headers"] = False
     return data
 
 

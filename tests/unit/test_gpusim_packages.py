@@ -212,6 +212,26 @@ def test_exporter_unit_and_counters_are_the_upstream_ones(debs) -> None:
     assert "/etc/dcgm-exporter/default-counters.csv" in conffiles
 
 
+def test_the_lab_kernels_headers_stand_in_holds_what_dkms_tests_for(debs) -> None:
+    # the lab's hosts run the lab machine's kernel, which no Debian archive has headers for; the
+    # nvidia_driver role installs linux-headers-<kernel> before the driver (DKMS builds against it)
+    import platform
+
+    release = platform.release()
+    deb = debs[f"linux-headers-{release}_{catalog.HEADERS_VERSION}_amd64.deb"]
+    assert field(deb, "Package") == f"linux-headers-{release}"
+    assert f"/lib/modules/{release}/build/include/GPUSIM-STAND-IN" in contents(deb)
+    assert field(deb, "Depends") == ""  # no driver package depends on it, as NVIDIA's do not
+
+
+def test_the_mirror_is_rebuilt_for_another_kernel(monkeypatch) -> None:
+    from deployer.lab import mirror
+
+    here = mirror.gpusim_digest()
+    monkeypatch.setattr("platform.release", lambda: "6.1.0-99-amd64")
+    assert mirror.gpusim_digest() != here
+
+
 def test_every_package_says_it_is_simulated(debs) -> None:
     for deb in debs.values():
         assert field(deb, "Description").startswith("SIMULATED ")

@@ -9,6 +9,7 @@ The contents are small Python stand-ins; every package says SIMULATED in its Des
 from __future__ import annotations
 
 import json
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -415,7 +416,34 @@ def exporter_package(e: ExporterRelease) -> Deb:
     return deb
 
 
-def all_packages() -> list[Deb]:
+# The version of the kernel headers' stand-in (see kernel_headers_package).
+HEADERS_VERSION = "0+gpusim1"
+
+
+def lab_kernel() -> str:
+    """The kernel the lab's hosts run: the lab machine's own (containers share it)."""
+    return platform.release()
+
+
+def kernel_headers_package(release: str) -> Deb:
+    """A stand-in for ``linux-headers-<release>`` of the lab machine's kernel, which no Debian
+    archive carries (a cloud or VM kernel): the nvidia_driver role installs the running kernel's
+    headers before the driver, as DKMS needs them, and a host without them is refused by
+    ``upgrade-driver``'s preflight. It holds only the directory dkms tests for
+    (``/lib/modules/<release>/build/include``): the lab's simulated driver builds no module."""
+    deb = Deb(f"linux-headers-{release}", HEADERS_VERSION,
+              f"Header files for Linux {release} (the lab machine's kernel)",
+              section="kernel")  # fmt: skip
+    deb.add(
+        f"/lib/modules/{release}/build/include/GPUSIM-STAND-IN",
+        "SIMULATED: the lab's stand-in for this kernel's headers; no header file is here.\n",
+    )
+    return deb
+
+
+def all_packages(kernel: str | None = None) -> list[Deb]:
+    """Every package of the simulated repository; the kernel headers' stand-in is of ``kernel``
+    (default: :func:`lab_kernel`)."""
     debs: list[Deb] = []
     for d in DRIVERS:
         debs.extend(driver_packages(d))
@@ -423,4 +451,5 @@ def all_packages() -> list[Deb]:
         debs.extend(dcgm_packages(r))
     for e in EXPORTERS:
         debs.append(exporter_package(e))
+    debs.append(kernel_headers_package(kernel or lab_kernel()))
     return debs
