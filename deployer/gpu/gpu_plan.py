@@ -74,6 +74,34 @@ def repo_names(facts: Mapping[str, Any]) -> tuple[str, str]:
     return distro, _REPO_ARCH.get(arch, arch)
 
 
+HEADERS_VAR = "nvidia_driver_kernel_headers"
+HEADERS_COMPONENT = "kernel-headers"
+# A Debian package name (deb-control(5)): a kernel release outside it has no headers package.
+_PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+
+
+def kernel_headers_package(facts: Mapping[str, Any], variables: Mapping[str, Any]) -> str | None:
+    """The headers package of the running kernel that the nvidia_driver role installs before the
+    driver, or None when there is none to install.
+
+    NVIDIA's driver packages build their kernel module with DKMS against the running kernel's
+    headers, which "must also be installed" (NVIDIA driver installation guide, pre-installation
+    actions); the packages themselves may pull in the newest headers, "which may or may not
+    match the version of the kernel your system is using". Without them Debian's dkms skips the
+    build and the install still succeeds ("Module build for kernel ... was skipped since the
+    kernel headers for this kernel do not seem to be installed": dkms 3.0.10
+    ``/usr/lib/dkms/common.postinst``), so the host reboots with no NVIDIA module. Debian family
+    only (``linux-headers-<kernel release>``), when facts found no ``/lib/modules/<kernel>/build/
+    include`` (dkms' own test) and ``nvidia_driver_kernel_headers`` is not false. That NVIDIA's
+    own DKMS packages behave as Debian's dkms does: docs/unverified.md#nvidia-dkms-without-headers."""
+    if facts.get("os_family") != "debian" or facts.get("kernel_headers") is not False:
+        return None
+    if not as_boolean(variables.get(HEADERS_VAR, True)):
+        return None
+    name = f"linux-headers-{facts.get('kernel') or ''}"
+    return name if facts.get("kernel") and _PACKAGE_NAME.match(name) else None
+
+
 def _template_pattern(template: str) -> re.Pattern[str]:
     """A package-name template of the matrix (``cuda-drivers-{branch}``) as an anchored regex
     whose group ``branch`` is the branch, if the template has one."""
@@ -200,6 +228,7 @@ def _view(
         if name.startswith("nvidia-driver-pinning-") and name != resolved.pinning_package
     )
     out["driver_switch"] = driver_switch(resolved, facts)
+    out["kernel_headers"] = kernel_headers_package(facts, variables)
     out["dcgm_stale_variants"] = dcgm_stale_variants(resolved, facts)
     # The CSV holds only names this exporter version accepts; a host with a GPU in MIG mode also
     # collects the instances' utilization signal (deployer/dcgm_fields.py). Both are planned: MIG
@@ -225,7 +254,7 @@ def _resolve(host: str, variables: Mapping[str, Any], names: list[str] | None):
 
 
 _CHOICES = {"nvidia_driver_reboot": ("never", "if_required")}
-_BOOLEANS = ("nvidia_driver_reboot_force", "nvidia_persistenced_persistence_mode")
+_BOOLEANS = ("nvidia_driver_reboot_force", "nvidia_persistenced_persistence_mode", HEADERS_VAR)
 
 
 def check_role_vars(host: str, variables: Mapping[str, Any]) -> None:

@@ -153,6 +153,44 @@ def test_the_driver_version_is_pinned_and_the_packages_held():
     assert task(tasks, "pinning package").args["name"] == ["nvidia-driver-pinning-595"]
 
 
+NO_HEADERS = {**DEBIAN, "kernel": "6.1.0-28-amd64", "kernel_headers": False}
+
+
+def test_a_host_without_its_kernels_headers_gets_them_before_the_driver():
+    # NVIDIA's packages build the module with DKMS against the running kernel's headers
+    tasks = planned(H100, NO_HEADERS)
+    names = list(tasks)
+    headers = task(tasks, "headers of the running kernel 6.1.0-28-amd64")
+    assert headers.args["name"] == ["linux-headers-6.1.0-28-amd64"]
+    assert headers.args["update_cache"] is True and headers.args.get("version") is None
+    assert names.index(headers.name) < names.index(task(tasks, "^driver ").name)
+
+
+@pytest.mark.parametrize(
+    ("facts", "variables"),
+    [
+        ({**NO_HEADERS, "kernel_headers": True}, {}),  # /lib/modules/<kernel>/build/include
+        ({**NO_HEADERS, "kernel_headers": None}, {}),  # not read: nothing is guessed
+        (NO_HEADERS, {"nvidia_driver_kernel_headers": False}),  # the site provides them
+        ({**ROCKY, "kernel": "5.14.0-427.el9.x86_64", "kernel_headers": False}, {}),  # Debian only
+        ({**NO_HEADERS, "kernel": "6.1.0_custom"}, {}),  # no Debian package can carry that name
+    ],
+)
+def test_no_headers_are_installed_where_they_are_present_unknown_or_not_ours(facts, variables):
+    tasks = planned({**H100, **variables}, facts)
+    assert gpu_plan.kernel_headers_package(facts, variables) is None
+    assert absent(tasks, "headers of the running kernel")
+    assert task(tasks, "^driver ")
+    view = gpu_plan.template_plan("g1", {**H100, **variables}, HostFacts(host="g1", **facts))
+    assert view["kernel_headers"] is None
+
+
+def test_nvidia_driver_kernel_headers_must_be_a_boolean():
+    with pytest.raises(InputError) as exc:
+        planned({**H100, "nvidia_driver_kernel_headers": "sometimes"}, NO_HEADERS)
+    assert exc.value.key == "nvidia_driver_kernel_headers"
+
+
 def test_an_nvswitch_h100_installs_open_modules_and_fabric_manager_at_the_driver_version():
     tasks = planned(H100)
     driver = task(tasks, "^driver ").args
