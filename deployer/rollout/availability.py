@@ -8,7 +8,10 @@ node drained and its jobs sent elsewhere for nothing. Now the run's preflight as
 Debian-family host that has anything to install what its sources offer, ``apt-cache policy`` of
 every package of its plan (read-only), and refuses the run (exit 2, nothing drained, silenced or
 stopped) naming the host, each package at the version it needs and the versions its sources do
-offer.
+offer. A host without its running kernel's headers is asked for them too
+(``gpu_plan.kernel_headers_package``: the driver role installs them before the driver, since DKMS
+builds its module against them and Debian's dkms skips the build without them, the install
+succeeding with no module).
 
 Asked in the same round trip: ``dpkg --audit``. Packages dpkg left half-installed (an install
 interrupted, a maintainer script that failed) make apt refuse every install until they are
@@ -37,11 +40,13 @@ from dataclasses import dataclass, field
 from deployer.connection import CommandResult
 from deployer.errors import HostUnreachable
 from deployer.executor import DEFAULT_FORKS
+from deployer.gpu.gpu_plan import HEADERS_COMPONENT, HEADERS_VAR
 from deployer.gpu.rules import PackagePin, Refusal
 from deployer.modules.package import STAMP_COMMAND, update_command
 from deployer.rollout.hostops import output_tail
 
 RULE = "package-unavailable"
+HEADERS_WHAT = "the running kernel's headers, which DKMS builds the driver's module against: "
 UNFINISHED_RULE = "dpkg-unfinished"
 # The apt source the nvidia_driver role writes (roles/nvidia_driver/tasks/main.yml, its
 # apt_repository task's name; tests/unit/test_rollout_availability.py holds the two together).
@@ -171,11 +176,11 @@ def missing(pins: Iterable[PackagePin], offers: Mapping[str, Offer]) -> list[str
     out = []
     for p in pins:
         o = offers.get(p.name)
-        if o is None:
-            out.append(f"{p.apt} (no source offers {p.name})")
+        what = HEADERS_WHAT if p.component == HEADERS_COMPONENT else ""
+        if o is None or (p.deb_version is None and o.candidate is None and o.installed is None):
+            out.append(f"{p.apt} ({what}no source offers {p.name})")
         elif p.deb_version is None:
-            if o.candidate is None and o.installed is None:
-                out.append(f"{p.apt} (no source offers {p.name})")
+            continue
         elif p.deb_version != o.installed and not o.versions.get(p.deb_version):
             offered = ", ".join(o.downloadable()) or "none"
             out.append(f"{p.apt} (offered: {offered})")
@@ -286,10 +291,15 @@ def _unfinished(host: str, audit: tuple[str, ...]) -> Refusal:
 
 
 def _refusal(host: str, lacking: list[str], when: str) -> Refusal:
+    advice = "sync the mirror nvidia_repo_url points at, or give --to a version it offers"
+    if any(HEADERS_WHAT in text for text in lacking):
+        advice += (
+            "; for the kernel's headers: offer them in its sources, or install them (or set "
+            f"{HEADERS_VAR}: false where the site builds the module another way)"
+        )
     return Refusal(
         host,
         RULE,
         "its package sources do not offer " + "; ".join(lacking) + f" ({when})",
-        "sync the mirror nvidia_repo_url points at, or give --to a version it offers; nothing "
-        "was drained, silenced or stopped",
+        advice + "; nothing was drained, silenced or stopped",
     )

@@ -22,6 +22,8 @@ from typing import Any, TextIO
 
 from deployer.connection import Connection, LocalConnection
 from deployer.errors import InputError, RefusedOnRead
+from deployer.gpu import gpu_plan
+from deployer.gpu.rules import PackagePin
 from deployer.monitoring import rollouts
 from deployer.monitoring import tier as monitoring_tier
 from deployer.monitoring.silences import host_matchers
@@ -29,7 +31,7 @@ from deployer.rollout import availability, drain
 from deployer.rollout.batching import plan_batches
 from deployer.rollout.controller import Rollout, initial_record_skips
 from deployer.rollout.drain import DrainHook, DrainStateError, make_hook, node_name
-from deployer.rollout.host_targets import Preflight, run_preflight
+from deployer.rollout.host_targets import HostTarget, Preflight, run_preflight
 from deployer.rollout.options import RolloutOptions
 from deployer.rollout.state import HostRecord, RunRecord, StateStore, new_run_id
 from deployer.rollout.view import LiveView, plan_text, report
@@ -272,7 +274,7 @@ def _packages_offered(
     its sources, nothing dpkg left half-installed (deployer/rollout/availability.py); the
     refusals printed when not. Hosts a resumed run ``finished`` are not asked."""
     wanted = {
-        h: t.resolved.install
+        h: t.resolved.install + _headers(t)
         for h, t in pre.hosts.items()
         if not t.up_to_date and t.facts.os_family == "debian" and h not in finished
     }
@@ -291,6 +293,12 @@ def _packages_offered(
     pre.refusals = sorted(verdict.refusals, key=lambda r: r.host)
     _print_refusals(pre, err)
     return False
+
+
+def _headers(t: HostTarget) -> tuple[PackagePin, ...]:
+    """The running kernel's headers, when the driver role installs them before the driver."""
+    name = gpu_plan.kernel_headers_package(t.facts.to_json(), t.variables)
+    return () if name is None else (PackagePin(name, None, None, gpu_plan.HEADERS_COMPONENT),)
 
 
 def upgrade_driver(

@@ -286,6 +286,45 @@ def test_a_host_where_dpkg_left_a_package_half_installed_is_refused_before_anyth
         )
 
 
+NO_HEADERS_PIN = "/etc/apt/preferences.d/gpumon-test-no-headers"
+
+
+def test_a_host_whose_sources_lack_its_kernels_headers_is_refused_before_anything(
+    ulab, baseline, state_env
+):
+    """The driver role installed the running kernel's headers before the driver (DKMS builds the
+    module against them; the lab's mirror carries a stand-in for the lab machine's kernel). A
+    host without them whose sources offer none (pinned away here: Pin-Priority -1) would get a
+    driver with no module built: the run is refused naming them, with nothing touched."""
+    kernel = sh(ulab, "gpu01", "uname -r").strip()
+    headers = f"linux-headers-{kernel}"
+    for host in ("gpu01", "gpu02"):  # `up` installed them (the baseline)
+        assert headers in packages(ulab, host)
+        assert sh(ulab, host, f"test -d /lib/modules/{kernel}/build/include && echo y") == "y\n"
+    sh(ulab, "gpu02", f"dpkg --purge {headers} >/dev/null && printf 'Package: linux-headers-*\\n"
+       f"Pin: version *\\nPin-Priority: -1\\n' > {NO_HEADERS_PIN}")  # fmt: skip
+    try:
+        proc = gpumon(
+            "upgrade-driver", "-i", baseline, "--to", "595", "--limit", "gpu01:gpu02",
+            *DRAIN_ARGS, env=state_env,
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        said = " ".join(proc.stderr.split())
+        assert (
+            f"REFUSED gpu02: its package sources do not offer {headers} (the running kernel's "
+            f"headers, which DKMS builds the driver's module against: no source offers {headers})"
+            " (after apt-get update)"
+        ) in said
+        assert "nvidia_driver_kernel_headers: false" in said and "[package-unavailable]" in said
+        assert "REFUSED gpu01" not in proc.stderr  # it has them
+        assert list(Path(state_env["GPUMON_ROLLOUT_STATE_DIR"]).iterdir()) == []
+        assert sh(ulab, "mon01", f"ls {MARKERS} 2>/dev/null | wc -l").strip() == "0"
+        assert loaded(ulab, "gpu01") == BASELINE and loaded(ulab, "gpu02") == BASELINE
+    finally:
+        sh(ulab, "gpu02", f"rm -f {NO_HEADERS_PIN} && DEBIAN_FRONTEND=noninteractive "
+           f"apt-get install -y -q {headers} >/dev/null")  # fmt: skip
+
+
 # ---- a validation failure -----------------------------------------------------------------------
 
 

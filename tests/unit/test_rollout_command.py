@@ -262,6 +262,37 @@ def test_a_driver_the_hosts_sources_lack_refuses_the_run_before_anything_is_touc
     assert not state_dir.exists() or list(state_dir.iterdir()) == []  # no run recorded
 
 
+def test_a_host_without_its_kernels_headers_is_asked_for_them_and_refused_when_none_are_offered(
+    tmp_path, monkeypatch, state_dir
+):
+    # NVIDIA's packages build the module with DKMS against the running kernel's headers; without
+    # them the install succeeds with no module and the host reboots without a driver
+    inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}, "g2": {"gpu_model": "H100"}})
+    facts = {h: gpu_facts(h) for h in ("g1", "g2")}
+    facts["g1"].kernel_headers = False
+    facts["g2"].kernel_headers = True
+    fleet = FakeFleet(facts=facts)
+    fleet.install(monkeypatch)
+    offered = upgrade(inv, "--to", "580", "--check")  # gpufleet: its sources offer every package
+    assert offered.exit_code == 0, offered.output
+    asked = [c for c in fleet.commands("g1") if "apt-cache policy" in c]
+    assert asked and "linux-headers-6.1.0-28-amd64" in asked[-1]
+    assert not any("linux-headers" in c for c in fleet.commands("g2"))  # it has them
+
+    lacking = NO_DRIVER_580_126.replace("580.65.06-1", "580.126.20-1")
+    fleet.connection("g1").on("apt-cache policy", 0, lacking)
+    result = upgrade(inv, "--to", "580", "--drain", "none")
+    assert result.exit_code == 2, result.output
+    assert (
+        "REFUSED g1: its package sources do not offer linux-headers-6.1.0-28-amd64 (the running "
+        "kernel's headers, which DKMS builds the driver's module against: no source offers "
+        "linux-headers-6.1.0-28-amd64) (after apt-get update)"
+    ) in " ".join(result.output.split())
+    assert "nvidia_driver_kernel_headers: false" in result.output
+    assert "REFUSED g2" not in result.output
+    assert not state_dir.exists() or list(state_dir.iterdir()) == []  # no run recorded
+
+
 def test_check_mode_notes_a_driver_the_hosts_lists_lack_and_refreshes_nothing(
     tmp_path, monkeypatch, state_dir
 ):
