@@ -85,8 +85,9 @@ def kernel_headers_package(facts: Mapping[str, Any], variables: Mapping[str, Any
     driver, or None when there is none to install.
 
     NVIDIA's driver packages build their kernel module with DKMS against the running kernel's
-    headers, which "must also be installed" (NVIDIA driver installation guide, pre-installation
-    actions); the packages themselves may pull in the newest headers, "which may or may not
+    headers, which "must also be installed" (NVIDIA driver installation guide, "Pre-installation
+    Actions": docs.nvidia.com/datacenter/tesla/driver-installation-guide/pre-installation-actions.html);
+    the packages themselves may pull in the newest headers, "which may or may not
     match the version of the kernel your system is using". Without them Debian's dkms skips the
     build and the install still succeeds ("Module build for kernel ... was skipped since the
     kernel headers for this kernel do not seem to be installed": dkms 3.0.10
