@@ -255,6 +255,22 @@ def test_a_driver_the_hosts_mirror_lacks_is_refused_before_any_host_is_touched(
 BROKEN = "gpumon-test-broken"
 
 
+def gpu02_refused(ulab: Lab, baseline, state_env: dict) -> str:
+    """``upgrade-driver --to 595`` on gpu01 and gpu02, refused for gpu02 alone (gpu01's mirror
+    offers 595.45.04) with nothing touched: no run recorded, nothing drained, both drivers as
+    they were. Its stderr."""
+    proc = gpumon(
+        "upgrade-driver", "-i", baseline, "--to", "595", "--limit", "gpu01:gpu02",
+        *DRAIN_ARGS, env=state_env,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "REFUSED gpu02" in proc.stderr and "REFUSED gpu01" not in proc.stderr
+    assert list(Path(state_env["GPUMON_ROLLOUT_STATE_DIR"]).iterdir()) == []
+    assert sh(ulab, "mon01", f"ls {MARKERS} 2>/dev/null | wc -l").strip() == "0"
+    assert loaded(ulab, "gpu01") == BASELINE and loaded(ulab, "gpu02") == BASELINE
+    return proc.stderr
+
+
 def test_a_host_where_dpkg_left_a_package_half_installed_is_refused_before_anything(
     ulab, baseline, state_env
 ):
@@ -265,19 +281,9 @@ def test_a_host_where_dpkg_left_a_package_half_installed_is_refused_before_anyth
        f"> /tmp/{BROKEN}/DEBIAN/control && dpkg-deb --build /tmp/{BROKEN} /tmp/{BROKEN}.deb "
        f"&& dpkg --unpack /tmp/{BROKEN}.deb")  # fmt: skip
     try:
-        proc = gpumon(
-            "upgrade-driver", "-i", baseline, "--to", "595", "--limit", "gpu01:gpu02",
-            *DRAIN_ARGS, env=state_env,
-        )  # fmt: skip
-        assert proc.returncode == 2, proc.stderr[-3000:]
-        assert f"REFUSED gpu02: dpkg has not finished installing {BROKEN} (dpkg --audit: " in (
-            proc.stderr
-        )
-        assert "dpkg --configure -a" in proc.stderr and "[dpkg-unfinished]" in proc.stderr
-        assert "REFUSED gpu01" not in proc.stderr  # its mirror offers 595.45.04
-        assert list(Path(state_env["GPUMON_ROLLOUT_STATE_DIR"]).iterdir()) == []
-        assert sh(ulab, "mon01", f"ls {MARKERS} 2>/dev/null | wc -l").strip() == "0"
-        assert loaded(ulab, "gpu01") == BASELINE and loaded(ulab, "gpu02") == BASELINE
+        said = gpu02_refused(ulab, baseline, state_env)
+        assert f"REFUSED gpu02: dpkg has not finished installing {BROKEN} (dpkg --audit: " in said
+        assert "dpkg --configure -a" in said and "[dpkg-unfinished]" in said
     finally:
         sh(
             ulab,
@@ -304,22 +310,13 @@ def test_a_host_whose_sources_lack_its_kernels_headers_is_refused_before_anythin
     sh(ulab, "gpu02", f"dpkg --purge {headers} >/dev/null && printf 'Package: linux-headers-*\\n"
        f"Pin: version *\\nPin-Priority: -1\\n' > {NO_HEADERS_PIN}")  # fmt: skip
     try:
-        proc = gpumon(
-            "upgrade-driver", "-i", baseline, "--to", "595", "--limit", "gpu01:gpu02",
-            *DRAIN_ARGS, env=state_env,
-        )  # fmt: skip
-        assert proc.returncode == 2, proc.stderr[-3000:]
-        said = " ".join(proc.stderr.split())
+        said = " ".join(gpu02_refused(ulab, baseline, state_env).split())
         assert (
             f"REFUSED gpu02: its package sources do not offer {headers} (the running kernel's "
             f"headers, which DKMS builds the driver's module against: no source offers {headers})"
             " (after apt-get update)"
         ) in said
         assert "nvidia_driver_kernel_headers: false" in said and "[package-unavailable]" in said
-        assert "REFUSED gpu01" not in proc.stderr  # it has them
-        assert list(Path(state_env["GPUMON_ROLLOUT_STATE_DIR"]).iterdir()) == []
-        assert sh(ulab, "mon01", f"ls {MARKERS} 2>/dev/null | wc -l").strip() == "0"
-        assert loaded(ulab, "gpu01") == BASELINE and loaded(ulab, "gpu02") == BASELINE
     finally:
         sh(ulab, "gpu02", f"rm -f {NO_HEADERS_PIN} && DEBIAN_FRONTEND=noninteractive "
            f"apt-get install -y -q {headers} >/dev/null")  # fmt: skip
