@@ -21,7 +21,6 @@ import hashlib
 import io
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -410,9 +409,10 @@ def gpusim_digest() -> str | None:
     root = Path(__file__).with_name("gpusim")
     if not root.is_dir():
         return None
+    from deployer.lab.gpusim.catalog import lab_kernel
+
     digest = hashlib.sha256()
-    # the kernel headers' stand-in is of the machine's kernel (gpusim.catalog.lab_kernel)
-    digest.update(platform.release().encode())
+    digest.update(lab_kernel().encode())  # the kernel headers' stand-in is of this kernel
     for path in sorted(root.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
             digest.update(str(path.relative_to(root)).encode())

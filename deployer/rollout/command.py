@@ -297,7 +297,7 @@ def _packages_offered(
 
 def _headers(t: HostTarget) -> tuple[PackagePin, ...]:
     """The running kernel's headers, when the driver role installs them before the driver."""
-    name = gpu_plan.kernel_headers_package(t.facts.to_json(), t.variables)
+    name = gpu_plan.kernel_headers_package(vars(t.facts), t.variables)  # no copy: read only
     return () if name is None else (PackagePin(name, None, None, gpu_plan.HEADERS_COMPONENT),)
 
 

@@ -441,9 +441,9 @@ def kernel_headers_package(release: str) -> Deb:
     return deb
 
 
-def all_packages(kernel: str | None = None) -> list[Deb]:
-    """Every package of the simulated repository; the kernel headers' stand-in is of ``kernel``
-    (default: :func:`lab_kernel`)."""
+def all_packages() -> list[Deb]:
+    """Every package of the simulated repository; the kernel headers' stand-in is of
+    :func:`lab_kernel`."""
     debs: list[Deb] = []
     for d in DRIVERS:
         debs.extend(driver_packages(d))
@@ -451,5 +451,5 @@ def all_packages(kernel: str | None = None) -> list[Deb]:
         debs.extend(dcgm_packages(r))
     for e in EXPORTERS:
         debs.append(exporter_package(e))
-    debs.append(kernel_headers_package(kernel or lab_kernel()))
+    debs.append(kernel_headers_package(lab_kernel()))
     return debs
