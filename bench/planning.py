@@ -206,8 +206,7 @@ def measure_one(n: int, workdir: Path, layout: str = "racks") -> dict[str, Any]:
 
     stage("import", t)
     t = start()
-    inventory = load_inventory(path)
-    memory.keep_for_the_run()  # as DeploySession.load does once the inventory is loaded
+    inventory = load_inventory(path, keep=True)  # as DeploySession.load loads it
     stage("inventory_load", t)
 
     from deployer.session import validation_facts

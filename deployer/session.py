@@ -183,10 +183,9 @@ class DeploySession:
         host planned (templates checked) for the site's plays ``plays`` selects."""
         extra = inv.parse_extra_vars(options.extra_vars)
         with span("load"):
-            inventory = inv.load_inventory(options.inventory, extra_vars=extra)
-        # The inventory lives as long as the run: the cyclic GC need not scan it again and again
-        # while every host's variables are built (see bench/README.md, "Planning").
-        memory.keep_for_the_run()
+            # The inventory lives as long as the run: the cyclic GC need not scan it again and
+            # again while every host's variables are built (see bench/README.md, "Planning").
+            inventory = inv.load_inventory(options.inventory, extra_vars=extra, keep=True)
         say = INVENTORY_WARNINGS.get()
         if say is not None:
             for text in inventory.warnings:
