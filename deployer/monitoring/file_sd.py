@@ -315,9 +315,14 @@ def render(groups: list[dict[str, Any]]) -> str:
 
 
 def _lines(encoded: list[str]) -> str:
+    """The text of the groups ``encoded`` (a list of the caller's own, which this changes): the
+    brackets go onto the first and the last line, so that one join builds the whole text (the
+    brackets added around the joined text copied it twice: 20 MB a file at 100,000 hosts)."""
     if not encoded:
         return "[]\n"
-    return "[\n  " + ",\n  ".join(encoded) + "\n]\n"
+    encoded[0] = "[\n  " + encoded[0]
+    encoded[-1] += "\n]\n"
+    return ",\n  ".join(encoded)
 
 
 def targets_file(variables: Mapping[str, Any], job: str) -> str:

@@ -151,6 +151,13 @@ def test_an_empty_job_renders_an_empty_list():
     assert file_sd.render([]) == "[]\n"
 
 
+def test_a_job_of_one_host_renders_its_group_on_the_line_between_the_brackets():
+    group = {"labels": {"node": "gpu01"}, "targets": ["10.0.0.11:9400"]}
+    text = file_sd.render([group])
+    assert text == '[\n  {"labels": {"node": "gpu01"}, "targets": ["10.0.0.11:9400"]}\n]\n'
+    assert json.loads(text) == [group]
+
+
 def test_targets_file_of_a_job_is_that_jobs_groups_rendered():
     v = variables(prometheus_thanos_sidecar=True)
     for job, groups in file_sd.file_sd_targets(v).items():
