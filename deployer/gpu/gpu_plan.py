@@ -256,6 +256,39 @@ def _resolve(host: str, variables: Mapping[str, Any], names: list[str] | None):
 
 _CHOICES = {"nvidia_driver_reboot": ("never", "if_required")}
 _BOOLEANS = ("nvidia_driver_reboot_force", "nvidia_persistenced_persistence_mode", HEADERS_VAR)
+FREE_SPACE_VAR = "nvidia_driver_min_free_mib"
+# A path the free-space question may name: absolute, of these characters only (no quoting needed)
+_FREE_SPACE_PATH = re.compile(r"^/[A-Za-z0-9._/-]*$")
+
+
+def min_free_mib(host: str, variables: Mapping[str, Any]) -> dict[str, int]:
+    """Path -> MiB the driver's install needs free on the filesystem holding it
+    (``nvidia_driver_min_free_mib``: a path at 0, or left out, is not asked; ``false`` or null
+    asks none). Paths on one filesystem need the sum (``deployer/rollout/free_space.py``).
+    Refused, naming the host and the key, unless a mapping of absolute paths to whole MiB."""
+    value = variables.get(FREE_SPACE_VAR)
+    if value is None or value is False:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InputError(
+            f"host {host}: {value!r} is not a mapping of paths to MiB ({{/var: 2048}}) or false",
+            key=FREE_SPACE_VAR,
+        )
+    needs = {}
+    for path, mib in value.items():
+        if not isinstance(path, str) or not _FREE_SPACE_PATH.match(path):
+            raise InputError(
+                f"host {host}: {path!r} is not an absolute path (letters, digits, '._-/')",
+                key=f"{FREE_SPACE_VAR}.{path}",
+            )
+        if isinstance(mib, bool) or not isinstance(mib, int) or mib < 0:
+            raise InputError(
+                f"host {host}: {mib!r} is not a whole number of MiB (0 or more)",
+                key=f"{FREE_SPACE_VAR}.{path}",
+            )
+        if mib:
+            needs[path] = mib
+    return needs
 
 
 def check_role_vars(host: str, variables: Mapping[str, Any]) -> None:
@@ -269,6 +302,7 @@ def check_role_vars(host: str, variables: Mapping[str, Any]) -> None:
         value = variables.get(key, False)
         if as_boolean(value) is None:
             raise InputError(f"host {host}: {value!r} is not true or false", key=key)
+    min_free_mib(host, variables)
 
 
 def template_plan(
@@ -326,6 +360,7 @@ TEMPLATE_PLAN_VARS = (
     *version_plan.PLAN_VARS,
     *_CHOICES,
     *_BOOLEANS,
+    FREE_SPACE_VAR,
     *dcgm_fields.VARS,
     *hpc_job_mapping.VARS,
 )

@@ -13,7 +13,8 @@ offer. A host without its running kernel's headers is asked for them too
 builds its module against them and Debian's dkms skips the build without them, the install
 succeeding with no module).
 
-Asked in the same round trip: ``dpkg --audit``. Packages dpkg left half-installed (an install
+Asked in the same round trip: the free space the install needs (``free_space.py``: a host with
+too little is refused, also in ``--check``), and ``dpkg --audit``. Packages dpkg left half-installed (an install
 interrupted, a maintainer script that failed) make apt refuse every install until they are
 finished, so a host with any is refused too (``dpkg-unfinished``, also in ``--check``: that state
 is exact), naming them and ``dpkg --configure -a``.
@@ -43,6 +44,7 @@ from deployer.executor import DEFAULT_FORKS
 from deployer.gpu.gpu_plan import HEADERS_COMPONENT, HEADERS_VAR
 from deployer.gpu.rules import PackagePin, Refusal
 from deployer.modules.package import STAMP_COMMAND, update_command
+from deployer.rollout import free_space
 from deployer.rollout.hostops import output_tail
 
 RULE = "package-unavailable"
@@ -78,11 +80,12 @@ class Offer:
         return [v for v, from_source in self.versions.items() if from_source]
 
 
-def policy_script(pins: Iterable[PackagePin]) -> str:
-    """Read-only shell: whether the NVIDIA source is configured, what ``dpkg --audit`` finds
-    (packages dpkg left half-installed, which make every apt install fail until finished), then
-    ``apt-cache policy`` of the pins' packages, in the C locale. Its first line, a comment,
-    names what the plan installs (``name=version``), for whoever reads the command in a log."""
+def policy_script(pins: Iterable[PackagePin], space: Iterable[str] = ()) -> str:
+    """Read-only shell: whether the NVIDIA source is configured, the free space of the paths
+    ``space`` (``free_space.script``), what ``dpkg --audit`` finds (packages dpkg left
+    half-installed, which make every apt install fail until finished), then ``apt-cache policy``
+    of the pins' packages, in the C locale. Its first line, a comment, names what the plan
+    installs (``name=version``), for whoever reads the command in a log."""
     pins = list(pins)
     names = dict.fromkeys(p.name for p in pins)
     quoted = " ".join(shlex.quote(n) for n in names)
@@ -91,6 +94,7 @@ def policy_script(pins: Iterable[PackagePin]) -> str:
         f"{PLAN_COMMENT}{' '.join(p.apt for p in pins)}\n"
         f"if [ -e {src}.sources ] || [ -e {src}.list ]; then echo '{SOURCE_MARK} yes'; "
         f"else echo '{SOURCE_MARK} no'; fi\n"
+        f"{free_space.script(space)}"
         f"echo '{AUDIT_MARK}'; LC_ALL=C dpkg --audit 2>&1\n"
         f"echo '{POLICY_MARK}'; LC_ALL=C apt-cache policy -- {quoted}\n"
     )
@@ -103,12 +107,13 @@ _SOURCE = re.compile(r"^ {8}(-?\d+) (.+)$")
 @dataclass(frozen=True)
 class Answer:
     """:func:`policy_script`'s output: whether the NVIDIA source is configured (None: not said,
-    so not the script's output), what ``dpkg --audit`` printed, and package -> Offer (a package
-    no source or dpkg knows is not in it)."""
+    so not the script's output), what ``dpkg --audit`` printed, package -> Offer (a package
+    no source or dpkg knows is not in it), and path -> its filesystem's free space."""
 
     configured: bool | None
     audit: tuple[str, ...]
     offers: dict[str, Offer]
+    rooms: dict[str, free_space.Room] = field(default_factory=dict)
 
 
 def parse_answer(text: str) -> Answer:
@@ -116,10 +121,13 @@ def parse_answer(text: str) -> Answer:
     configured: bool | None = None
     audit: list[str] = []
     policy: list[str] = []
+    space: list[str] = []
     into: list[str] | None = None
     for line in text.splitlines():
         if line.startswith(SOURCE_MARK):
             configured = line[len(SOURCE_MARK) :].strip() == "yes"
+        elif line == free_space.MARK:
+            into = space
         elif line == AUDIT_MARK:
             into = audit
         elif line == POLICY_MARK:
@@ -127,7 +135,10 @@ def parse_answer(text: str) -> Answer:
         elif into is not None:
             into.append(line)
     return Answer(
-        configured, tuple(ln for ln in audit if ln.strip()), parse_policy("\n".join(policy))
+        configured,
+        tuple(ln for ln in audit if ln.strip()),
+        parse_policy("\n".join(policy)),
+        free_space.parse(space),
     )
 
 
@@ -201,13 +212,16 @@ def check(
     *,
     refresh: bool,
     forks: int = DEFAULT_FORKS,
+    space: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Verdict:
     """Each host of ``wanted`` (host -> the packages its plan installs; Debian family) asked what
-    its sources offer (and what dpkg left half-installed)."""
+    its sources offer (and what dpkg left half-installed, and the free space of the paths of
+    ``space``: host -> path -> MiB its install needs there)."""
+    space = space or {}
 
     def one(host: str) -> tuple[str, Refusal | None, str | None]:
         try:
-            refusal, note = _judge(run, host, wanted[host], refresh)
+            refusal, note = _judge(run, host, wanted[host], refresh, space.get(host) or {})
         except HostUnreachable as exc:
             why = f"what its package sources offer could not be read: {exc}"
             return (
@@ -235,13 +249,16 @@ class _Unread(RuntimeError):
 
 
 def _judge(
-    run: Run, host: str, pins: tuple[PackagePin, ...], refresh: bool
+    run: Run, host: str, pins: tuple[PackagePin, ...], refresh: bool, needs: Mapping[str, int]
 ) -> tuple[Refusal | None, str | None]:
     """(the host's refusal, a note) from its answers: refreshed once where its lists lack a
     package and ``refresh``."""
-    answer = _read(run, host, pins)
+    answer = _read(run, host, pins, needs)
     if answer.audit:
         return _unfinished(host, answer.audit), None
+    short = free_space.shortfalls(needs, answer.rooms)
+    if short:
+        return free_space.refusal(host, short), None
     if answer.configured is False:
         return None, (
             f"its NVIDIA repository ({_SOURCES_DIR}/{NVIDIA_SOURCE}.*) is not configured yet: "
@@ -264,8 +281,8 @@ def _judge(
     return (_refusal(host, lacking, "after apt-get update") if lacking else None), None
 
 
-def _read(run: Run, host: str, pins: tuple[PackagePin, ...]) -> Answer:
-    result = run(host, policy_script(pins), POLICY_TIMEOUT_S)
+def _read(run: Run, host: str, pins: tuple[PackagePin, ...], space: Iterable[str] = ()) -> Answer:
+    result = run(host, policy_script(pins, space), POLICY_TIMEOUT_S)
     if result.rc != 0:
         raise _Unread(f"apt-cache policy failed (exit {result.rc}): {output_tail(result)}")
     answer = parse_answer(result.stdout)

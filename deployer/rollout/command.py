@@ -271,7 +271,8 @@ def _packages_offered(
     pre: Preflight, finished: Collection[str], *, check: bool, err: TextIO
 ) -> bool:
     """Whether every host the run installs on can install its plan: every package offered by
-    its sources, nothing dpkg left half-installed (deployer/rollout/availability.py); the
+    its sources, nothing dpkg left half-installed (deployer/rollout/availability.py), room for
+    it on its filesystems (``nvidia_driver_min_free_mib``: deployer/rollout/free_space.py); the
     refusals printed when not. Hosts a resumed run ``finished`` are not asked."""
     wanted = {
         h: t.resolved.install + _headers(t)
@@ -285,6 +286,7 @@ def _packages_offered(
         wanted,
         lambda host, command, timeout: pool.get(host).run(command, timeout=timeout),
         refresh=not check,
+        space={h: gpu_plan.min_free_mib(h, pre.hosts[h].variables) for h in wanted},
     )
     for host, note in sorted(verdict.notes.items()):
         print(f"NOTE {host}: {note}", file=err)

@@ -322,6 +322,26 @@ def test_a_host_whose_sources_lack_its_kernels_headers_is_refused_before_anythin
            f"apt-get install -y -q {headers} >/dev/null")  # fmt: skip
 
 
+def test_a_host_whose_boot_filesystem_is_too_small_for_the_install_is_refused_before_anything(
+    ulab, baseline, state_env
+):
+    """A /boot of its own with 64 MiB free (a real filesystem: a tmpfs mounted over gpu02's
+    /boot), where the install needs 128 (the role's default, for the initramfs the packages'
+    triggers rebuild): update-initramfs would fail half-way on a drained host. The run is
+    refused naming the filesystem, with nothing touched; gpu01, whose /boot is on its root
+    filesystem with room, is not."""
+    sh(ulab, "gpu02", "mount -t tmpfs -o size=64m gpumon-test-boot /boot")
+    try:
+        said = " ".join(gpu02_refused(ulab, baseline, state_env).split())
+        assert (
+            "REFUSED gpu02: too little free space for the driver's install: /boot (on /boot): "
+            "64 MiB free, 128 MiB needed"
+        ) in said
+        assert "nvidia_driver_min_free_mib" in said and "[disk-space]" in said
+    finally:
+        sh(ulab, "gpu02", "umount /boot")
+
+
 # ---- a validation failure -----------------------------------------------------------------------
 
 

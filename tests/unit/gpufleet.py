@@ -20,7 +20,7 @@ from deployer.connection import CommandResult, ScriptedConnection
 from deployer.errors import FactsUnread, HostKeyRefused
 from deployer.facts import GPU, HostFacts
 from deployer.gpu import driver_record
-from deployer.rollout import availability
+from deployer.rollout import availability, free_space
 from deployer.session import DeploySession
 
 MODEL_NAMES = {
@@ -68,9 +68,13 @@ def gpu_facts(
     )
 
 
+@dataclass
 class FleetConnection(ScriptedConnection):
     """A host of the fleet: scripted answers first; then, asked what its package sources offer,
-    every package of the plan at the version the plan installs (its NVIDIA source configured)."""
+    every package of the plan at the version the plan installs (its NVIDIA source configured),
+    and, asked for free space (deployer/rollout/free_space.py), ``df``'s lines of ``free``."""
+
+    free: list[str] = field(default_factory=list)
 
     def run(
         self, command: str, *, stdin: bytes | None = None, timeout: float | None = None
@@ -78,26 +82,29 @@ class FleetConnection(ScriptedConnection):
         if availability.PLAN_COMMENT in command and not any(n in command for n, _ in self.rules):
             self.commands.append(command)
             self.stdins.append(stdin)
-            return CommandResult(command, 0, offering(command), "")
+            return CommandResult(command, 0, offering(command, self.free), "")
         return super().run(command, stdin=stdin, timeout=timeout)
 
 
-def offering(command: str) -> str:
+def offering(command: str, free: list[str] = ()) -> str:
     """The answer of a host whose sources offer what the plan of ``command``
-    (``availability.policy_script``) installs."""
+    (``availability.policy_script``) installs, and whose ``df`` prints ``free``."""
     first = command.splitlines()[0]
     offered = {}
     for spec in first[len(availability.PLAN_COMMENT) :].split():
         name, _, version = spec.partition("=")
         offered[name] = (None, [version or "1.0-1"])
-    return policy_answer(offered)
+    return policy_answer(offered, free if free_space.MARK in command else ())
 
 
-def policy_answer(packages: dict[str, tuple[str | None, list[str]]]) -> str:
+def policy_answer(packages: dict[str, tuple[str | None, list[str]]], free: list[str] = ()) -> str:
     """``availability.policy_script``'s output on a host with its NVIDIA source and nothing for
     ``dpkg --audit``, its ``apt-cache policy`` (apt 2.6's layout) of ``packages``: name ->
-    (installed version or None, the versions its sources offer)."""
-    out = [f"{availability.SOURCE_MARK} yes", availability.AUDIT_MARK, availability.POLICY_MARK]
+    (installed version or None, the versions its sources offer); with ``free``, df's lines."""
+    out = [f"{availability.SOURCE_MARK} yes"]
+    if free:
+        out += [free_space.MARK, "File        Avail Mounted on", *free]
+    out += [availability.AUDIT_MARK, availability.POLICY_MARK]
     for name, (installed, versions) in packages.items():
         out += [
             f"{name}:",
@@ -161,8 +168,8 @@ class FakeFleet:
         return list(self.conns[host].commands) if host in self.conns else []
 
 
-def write_inventory(tmp_path: Path, hosts: dict[str, dict]) -> Path:
-    """A YAML inventory with ``hosts`` (name -> vars) in group ``gpu``."""
+def write_inventory(tmp_path: Path, hosts: dict[str, dict], gpu_vars: dict | None = None) -> Path:
+    """A YAML inventory with ``hosts`` (name -> vars) in group ``gpu`` (its ``gpu_vars``)."""
     import yaml
 
     inv = tmp_path / "inventory.yml"
@@ -171,10 +178,11 @@ def write_inventory(tmp_path: Path, hosts: dict[str, dict]) -> Path:
             "vars": {"nvidia_repo_url": "http://192.0.2.9/nvidia/"},
             "children": {
                 "gpu": {
+                    "vars": gpu_vars or {},
                     "hosts": {
                         h: {"ansible_host": "192.0.2.1", "gpu_count": 8, **v}
                         for h, v in hosts.items()
-                    }
+                    },
                 }
             },
         }

@@ -293,6 +293,35 @@ def test_a_host_without_its_kernels_headers_is_asked_for_them_and_refused_when_n
     assert not state_dir.exists() or list(state_dir.iterdir()) == []  # no run recorded
 
 
+def test_a_host_without_room_for_the_install_is_refused_before_anything_is_touched(
+    tmp_path, monkeypatch, state_dir
+):
+    # dpkg, DKMS and update-initramfs fail half-way on a full filesystem: the host would be
+    # drained, its daemons stopped, and its packages left half-configured
+    inv = write_inventory(
+        tmp_path,
+        {"g1": {"gpu_model": "H100"}, "g2": {"gpu_model": "H100"}},
+        gpu_vars={"nvidia_driver_min_free_mib": {"/var": 1024, "/boot": 100}},
+    )
+    fleet = FakeFleet(facts={h: gpu_facts(h) for h in ("g1", "g2")})
+    for host, boot_mib in (("g1", 60), ("g2", 600)):
+        fleet.connection(host).free = [f"/var {8 << 30} /", f"/boot {boot_mib << 20} /boot"]
+    fleet.install(monkeypatch)
+    for mode in ("--check", "--drain=none"):
+        result = upgrade(inv, "--to", "580", mode)
+        assert result.exit_code == 2, result.output
+        assert (
+            "REFUSED g1: too little free space for the driver's install: /boot (on /boot): "
+            "60 MiB free, 100 MiB needed; free space there"
+        ) in " ".join(result.output.split())
+        assert "[disk-space]" in result.output and "REFUSED g2" not in result.output
+    (asked, *_) = [c for c in fleet.commands("g1") if "apt-cache policy" in c]
+    # the inventory's paths (yaml.safe_dump sorted them), not the role's defaults
+    assert "df -B1 --output=file,avail,target -- /boot /var 2>" in asked
+    assert not any("apt-get" in c for c in fleet.commands("g1"))  # nothing else asked
+    assert not state_dir.exists() or list(state_dir.iterdir()) == []  # no run recorded
+
+
 def test_check_mode_notes_a_driver_the_hosts_lists_lack_and_refreshes_nothing(
     tmp_path, monkeypatch, state_dir
 ):
