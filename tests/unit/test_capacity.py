@@ -216,3 +216,19 @@ def test_a_sharded_tier_counts_every_gpu_host_whichever_replica_is_read(tmp_path
     got = capacity_json(tmp_path, sharded)
     assert got["per_replica"]["series"] == one_pair["per_replica"]["series"]
     assert got["gpus"] == one_pair["gpus"] == 14
+
+
+def test_sizing_a_sharded_tier_renders_no_replica_variable_it_does_not_read(
+    tmp_path: Path, monkeypatch
+):
+    # Each shard's replica is read through its variables, not a copy of them: a copy rendered
+    # every one, prometheus_cluster among them, which reads the cluster of every scraped host
+    # (a tenth of sizing 100,000 hosts, for a label the capacity has no use for)
+    from deployer.monitoring import file_sd
+
+    def not_read(*_args):
+        raise AssertionError("prometheus_cluster rendered")
+
+    monkeypatch.setattr(file_sd, "common_cluster", not_read)
+    got = capacity_json(tmp_path, SHARDED)
+    assert set(got["per_shard"]) == {"a", "b"}
