@@ -58,11 +58,19 @@ def of_session(session: DeploySession) -> capacity.Capacity:
     gpu_hosts = file_sd.every_gpu_host(v)  # every shard's: the tier is sized whole and per shard
     plans = gpu_plan.exporter_plans((h, session.driver_choice(h).variables) for h in gpu_hosts)
     exporters: dict[str, capacity.GpuExporter] = {}
+    # one exporter per distinct plan (exporter_plans shares them), not one per host
+    of_plan: dict[int, capacity.GpuExporter] = {}
+    hosts = session.inventory.hosts
     for h in gpu_hosts:
         plan = plans[h]
-        if session.inventory.host(h).vars.get("gpu_count") is None:
+        if hosts[h].vars.get("gpu_count") is None:
             warnings.append(f"{h}: no gpu_count in the inventory; counted as {plan.gpu_count}")
-        exporters[h] = capacity.GpuExporter(plan.csv, plan.csv_mig, plan.gpu_count)
+        exporter = of_plan.get(id(plan))
+        if exporter is None:
+            exporter = of_plan[id(plan)] = capacity.GpuExporter(
+                plan.csv, plan.csv_mig, plan.gpu_count
+            )
+        exporters[h] = exporter
     from deployer.monitoring import handoff
 
     # Sized as the layout will run once converged: a shard layout record ``up`` would refuse
