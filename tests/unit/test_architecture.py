@@ -180,7 +180,8 @@ LAYERS = [
     ["hostaccess", "boot", "facts", "connection", "known_hosts",
      "monitoring.http"],  # the one HTTP client: status, silences, the store, the dashboards' proof
     ["errors", "secrets", "booleans", "varformats", "yamlsrc", "memory", "spans", "dcgm_fields",
-     "library_logs", "unsafe", "controller_secrets", "run_lock", "tls", "dpkg_arch", "__init__"],
+     "library_logs", "unsafe", "controller_secrets", "run_lock", "tls", "dpkg_arch", "debversion",
+     "__init__"],
 ]  # fmt: skip
 
 
