@@ -25,9 +25,11 @@ not know) and still answered, with the same version as ``kmd_version`` (the L40S
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from deployer import debversion
 from deployer.connection import CommandResult, Connection
 from deployer.dpkg_arch import NATIVE_ARCH_KEY, NATIVE_ARCH_SCRIPT, dpkg_instance
 from deployer.errors import FactsUnread
@@ -65,6 +67,7 @@ printf 'id=%s\nversion_id=%s\nid_like=%s\npretty=%s\n' "${ID:-}" "${VERSION_ID:-
 { read -r kernel < /proc/sys/kernel/osrelease; } 2>/dev/null || kernel=$(uname -r)
 printf 'arch=%s\nkernel=%s\n' "${HOSTTYPE:-$(uname -m)}" "$kernel"
 if [ -e "/lib/modules/$kernel/build/include" ]; then echo 'kernel_headers=yes'; else echo 'kernel_headers=no'; fi
+for c in /boot/config-*; do [ -f "$c" ] || continue; k=${c#/boot/config-}; if [ -e "/lib/modules/$k/build/include" ]; then h=yes; elif [ -e "/lib/modules/$k" ]; then h=no; else h=gone; fi; echo "installed_kernel=$k $h"; done
 echo '@@pci'
 for d in /sys/bus/pci/devices/*; do
   { read -r v < "$d/vendor"; } 2>/dev/null || continue
@@ -158,6 +161,10 @@ class HostFacts:
     # the running kernel's headers are where DKMS builds against (``/lib/modules/<kernel>/build/
     # include``, the test of Debian's dkms ``common.postinst``); None: not read
     kernel_headers: bool | None = None
+    # The newer installed kernel Debian's dkms also builds the module for (``newest_kernel``; ""
+    # when none), which a reboot may boot, and whether its headers are there (None: not read)
+    newest_kernel: str = ""
+    newest_kernel_headers: bool | None = None
     nvidia_pci_gpus: int = 0
     # PCI device ids of those GPUs (sysfs ``device``, e.g. "2330"): the model before any driver
     nvidia_pci_gpu_ids: list[str] = field(default_factory=list)
@@ -227,6 +234,30 @@ def _upstream_version(pkg_version: str) -> str | None:
     return m.group("v") if m else None
 
 
+def _version_and_abi(release: str) -> str:
+    """``VERSION-ABI`` of a kernel release (``6.1.0-28-amd64``: ``6.1.0-28``), as dkms cuts it:
+    ``${K%%-*}``, then the part after the first ``-`` up to the next (the whole release when it
+    has no ``-``, as the shell's ``${K#*-}`` leaves it)."""
+    version = release.split("-", 1)[0]
+    abi = release.split("-", 1)[1] if "-" in release else release
+    return f"{version}-{abi.split('-', 1)[0]}"
+
+
+def newest_kernel(running: str, installed: Iterable[str]) -> str:
+    """The kernel Debian's dkms builds a module for besides the running one, "" when none: of
+    the releases with a ``/boot/config-<release>`` (``installed``, in the shell's glob order),
+    the last whose ``VERSION-ABI`` is at least the running kernel's and every earlier pick's
+    (dkms 3.0.10-8+deb12u1, ``/usr/lib/dkms/common.postinst``: ``_get_newest_kernel_debian``,
+    ``dpkg --compare-versions ... ge``; ``KERNELS="$CURRENT_KERNEL $NEWEST_KERNEL"`` when they
+    differ; a newest without ``/lib/modules/<release>`` is none, which the caller checks)."""
+    newest = ""
+    floor = _version_and_abi(running)
+    for release in installed:
+        if debversion.compare(_version_and_abi(release), floor) >= 0:
+            newest, floor = release, _version_and_abi(release)
+    return "" if newest == running else newest
+
+
 def parse_facts(host: str, result: CommandResult) -> HostFacts:
     """Facts from the output of FACTS_SCRIPT (pure; unit-tested on captured outputs)."""
     s = _sections(result.stdout)
@@ -237,6 +268,15 @@ def parse_facts(host: str, result: CommandResult) -> HostFacts:
     f.arch, f.kernel = kv.get("arch", ""), kv.get("kernel", "")
     if "kernel_headers" in kv:
         f.kernel_headers = kv["kernel_headers"] == "yes"
+    # release -> yes (its headers are there) | no (its modules directory, no headers) | gone
+    installed = {}
+    for line in s["os"]:
+        if line.startswith("installed_kernel="):
+            release, _, state = line[len("installed_kernel=") :].partition(" ")
+            installed[release] = state
+    newest = newest_kernel(f.kernel, installed)
+    if newest and installed[newest] != "gone":  # dkms: no /lib/modules/<newest>, no newest
+        f.newest_kernel, f.newest_kernel_headers = newest, installed[newest] == "yes"
     for line in s["pci"]:
         parts = line.split()
         if len(parts) in (2, 3):

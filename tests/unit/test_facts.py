@@ -77,6 +77,32 @@ def test_whether_the_running_kernels_headers_are_where_dkms_builds_against(line,
     assert f.kernel_headers is has
 
 
+@pytest.mark.parametrize(
+    ("installed", "newest", "has"),
+    [
+        # a kernel update installed, not booted yet: dkms builds for it too
+        ({"6.1.0-28-amd64": "yes", "6.1.0-31-amd64": "no"}, "6.1.0-31-amd64", False),
+        ({"6.1.0-28-amd64": "no", "6.1.0-31-amd64": "yes"}, "6.1.0-31-amd64", True),
+        # ABIs compare as numbers (the glob lists 6.1.0-9 after 6.1.0-28)
+        ({"6.1.0-28-amd64": "yes", "6.1.0-9-amd64": "no"}, "", None),
+        ({"6.1.0-28-amd64": "yes"}, "", None),  # the running kernel is the newest
+        ({"6.1.0-21-amd64": "no"}, "", None),  # an older one: dkms builds for the running only
+        ({}, "", None),  # no /boot/config-* (a container)
+        # the newest config has no /lib/modules/<release>: dkms then builds for no newer one
+        ({"6.1.0-31-amd64": "no", "6.1.0-33-amd64": "gone"}, "", None),
+        ({"6.12.9+bpo-amd64": "no"}, "6.12.9+bpo-amd64", False),  # a backport: a newer version
+    ],
+)
+def test_the_newer_installed_kernel_dkms_also_builds_for_is_read_as_dkms_picks_it(
+    installed, newest, has
+):
+    # dkms 3.0.10 /usr/lib/dkms/common.postinst, get_newest_kernel: the greatest VERSION-ABI of
+    # /boot/config-* at least the running kernel's, if /lib/modules/<it> exists
+    lines = "".join(f"installed_kernel={k} {state}\n" for k, state in installed.items())
+    f = parse_facts("h", CommandResult("facts", 0, OS + lines + "@@pci\n@@nvswitch\n0\n", ""))
+    assert (f.newest_kernel, f.newest_kernel_headers) == (newest, has)
+
+
 def test_the_script_reads_the_headers_where_debians_dkms_tests_for_them():
     # dkms 3.0.10 /usr/lib/dkms/common.postinst, _check_kernel_dir: test -e $DIR/include, with
     # DIR=/lib/modules/$KVER/build; this machine's own answer is the script's
