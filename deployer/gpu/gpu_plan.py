@@ -80,9 +80,12 @@ HEADERS_COMPONENT = "kernel-headers"
 _PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 
 
-def kernel_headers_package(facts: Mapping[str, Any], variables: Mapping[str, Any]) -> str | None:
-    """The headers package of the running kernel that the nvidia_driver role installs before the
-    driver, or None when there is none to install.
+def kernel_headers_packages(
+    facts: Mapping[str, Any], variables: Mapping[str, Any]
+) -> tuple[str, ...]:
+    """The kernel headers packages the nvidia_driver role installs before the driver: those of
+    the running kernel and of the newer installed kernel Debian's dkms also builds the module for
+    (``facts.newest_kernel``, which a reboot may boot), each where facts found it missing.
 
     NVIDIA's driver packages build their kernel module with DKMS against the running kernel's
     headers, which "must also be installed" (NVIDIA driver installation guide, "Pre-installation
@@ -91,16 +94,20 @@ def kernel_headers_package(facts: Mapping[str, Any], variables: Mapping[str, Any
     match the version of the kernel your system is using". Without them Debian's dkms skips the
     build and the install still succeeds ("Module build for kernel ... was skipped since the
     kernel headers for this kernel do not seem to be installed": dkms 3.0.10
-    ``/usr/lib/dkms/common.postinst``), so the host reboots with no NVIDIA module. Debian family
-    only (``linux-headers-<kernel release>``), when facts found no ``/lib/modules/<kernel>/build/
-    include`` (dkms' own test) and ``nvidia_driver_kernel_headers`` is not false. That NVIDIA's
-    own DKMS packages behave as Debian's dkms does: docs/unverified.md#nvidia-dkms-without-headers."""
-    if facts.get("os_family") != "debian" or facts.get("kernel_headers") is not False:
-        return None
-    if not as_boolean(variables.get(HEADERS_VAR, True)):
-        return None
-    name = f"linux-headers-{facts.get('kernel') or ''}"
-    return name if facts.get("kernel") and _PACKAGE_NAME.match(name) else None
+    ``/usr/lib/dkms/common.postinst``), so the host reboots with no NVIDIA module; the same
+    postinst builds for the newest installed kernel too, skipped alike without its headers.
+    Debian family only (``linux-headers-<kernel release>``), for a kernel whose
+    ``/lib/modules/<release>/build/include`` (dkms' own test) facts found missing, unless
+    ``nvidia_driver_kernel_headers`` is false. That NVIDIA's own DKMS packages behave as Debian's
+    dkms does: docs/unverified.md#nvidia-dkms-without-headers."""
+    if facts.get("os_family") != "debian" or not as_boolean(variables.get(HEADERS_VAR, True)):
+        return ()
+    kernels = (
+        (facts.get("kernel"), facts.get("kernel_headers")),
+        (facts.get("newest_kernel"), facts.get("newest_kernel_headers")),
+    )
+    names = (f"linux-headers-{release}" for release, has in kernels if release and has is False)
+    return tuple(name for name in names if _PACKAGE_NAME.match(name))
 
 
 def _template_pattern(template: str) -> re.Pattern[str]:
@@ -229,7 +236,7 @@ def _view(
         if name.startswith("nvidia-driver-pinning-") and name != resolved.pinning_package
     )
     out["driver_switch"] = driver_switch(resolved, facts)
-    out["kernel_headers"] = kernel_headers_package(facts, variables)
+    out["kernel_headers"] = list(kernel_headers_packages(facts, variables)) or None
     out["dcgm_stale_variants"] = dcgm_stale_variants(resolved, facts)
     # The CSV holds only names this exporter version accepts; a host with a GPU in MIG mode also
     # collects the instances' utilization signal (deployer/dcgm_fields.py). Both are planned: MIG

@@ -8,10 +8,10 @@ node drained and its jobs sent elsewhere for nothing. Now the run's preflight as
 Debian-family host that has anything to install what its sources offer, ``apt-cache policy`` of
 every package of its plan (read-only), and refuses the run (exit 2, nothing drained, silenced or
 stopped) naming the host, each package at the version it needs and the versions its sources do
-offer. A host without its running kernel's headers is asked for them too
-(``gpu_plan.kernel_headers_package``: the driver role installs them before the driver, since DKMS
-builds its module against them and Debian's dkms skips the build without them, the install
-succeeding with no module).
+offer. A host without the headers of its running kernel, or of the newer installed kernel
+Debian's dkms also builds for, is asked for them too (``gpu_plan.kernel_headers_packages``: the
+driver role installs them before the driver, since DKMS builds its module against them and
+Debian's dkms skips the build without them, the install succeeding with no module).
 
 Asked in the same round trip: the free space the install needs (``free_space.py``: a host with
 too little is refused, also in ``--check``), and ``dpkg --audit``. Packages dpkg left half-installed (an install
@@ -48,7 +48,7 @@ from deployer.rollout import free_space
 from deployer.rollout.hostops import output_tail
 
 RULE = "package-unavailable"
-HEADERS_WHAT = "the running kernel's headers, which DKMS builds the driver's module against: "
+HEADERS_WHAT = "a kernel's headers, which DKMS builds the driver's module against: "
 UNFINISHED_RULE = "dpkg-unfinished"
 # The apt source the nvidia_driver role writes (roles/nvidia_driver/tasks/main.yml, its
 # apt_repository task's name; tests/unit/test_rollout_availability.py holds the two together).

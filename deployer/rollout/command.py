@@ -298,9 +298,10 @@ def _packages_offered(
 
 
 def _headers(t: HostTarget) -> tuple[PackagePin, ...]:
-    """The running kernel's headers, when the driver role installs them before the driver."""
-    name = gpu_plan.kernel_headers_package(vars(t.facts), t.variables)  # no copy: read only
-    return () if name is None else (PackagePin(name, None, None, gpu_plan.HEADERS_COMPONENT),)
+    """The kernel headers the driver role installs before the driver (the running kernel's, the
+    newest installed kernel's), where the host lacks them."""
+    names = gpu_plan.kernel_headers_packages(vars(t.facts), t.variables)  # no copy: read only
+    return tuple(PackagePin(n, None, None, gpu_plan.HEADERS_COMPONENT) for n in names)
 
 
 def upgrade_driver(

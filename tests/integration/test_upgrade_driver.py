@@ -312,14 +312,38 @@ def test_a_host_whose_sources_lack_its_kernels_headers_is_refused_before_anythin
     try:
         said = " ".join(gpu02_refused(ulab, baseline, state_env).split())
         assert (
-            f"REFUSED gpu02: its package sources do not offer {headers} (the running kernel's "
-            f"headers, which DKMS builds the driver's module against: no source offers {headers})"
+            f"REFUSED gpu02: its package sources do not offer {headers} (a kernel's headers, "
+            f"which DKMS builds the driver's module against: no source offers {headers})"
             " (after apt-get update)"
         ) in said
         assert "nvidia_driver_kernel_headers: false" in said and "[package-unavailable]" in said
     finally:
         sh(ulab, "gpu02", f"rm -f {NO_HEADERS_PIN} && DEBIAN_FRONTEND=noninteractive "
            f"apt-get install -y -q {headers} >/dev/null")  # fmt: skip
+
+
+def test_a_host_with_a_newer_kernel_installed_whose_headers_no_source_offers_is_refused(
+    ulab, baseline, state_env
+):
+    """A kernel update installed and not booted yet (its /boot/config-<release> and
+    /lib/modules/<release>, as its package leaves them): Debian's dkms builds the driver's module
+    for it too and skips it without its headers, and the rollout's reboot may boot it. No source
+    offers that kernel's headers: the run is refused naming them, with nothing touched."""
+    kernel = sh(ulab, "gpu02", "uname -r").strip()
+    version, dash, rest = kernel.partition("-")
+    parts = version.split(".")
+    parts[-1] = str(int(re.match(r"\d*", parts[-1]).group() or 0) + 1)  # 6.18.44 -> 6.18.45
+    newer = ".".join(parts) + dash + rest
+    sh(ulab, "gpu02", f"touch /boot/config-{newer} && mkdir -p /lib/modules/{newer}/kernel")
+    try:
+        said = " ".join(gpu02_refused(ulab, baseline, state_env).split())
+        assert (
+            f"REFUSED gpu02: its package sources do not offer linux-headers-{newer} (a kernel's "
+            f"headers, which DKMS builds the driver's module against: no source offers "
+            f"linux-headers-{newer}) (after apt-get update)"
+        ) in said
+    finally:
+        sh(ulab, "gpu02", f"rm -rf /boot/config-{newer} /lib/modules/{newer}")
 
 
 def test_a_host_whose_boot_filesystem_is_too_small_for_the_install_is_refused_before_anything(

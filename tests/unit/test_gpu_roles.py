@@ -160,10 +160,30 @@ def test_a_host_without_its_kernels_headers_gets_them_before_the_driver():
     # NVIDIA's packages build the module with DKMS against the running kernel's headers
     tasks = planned(H100, NO_HEADERS)
     names = list(tasks)
-    headers = task(tasks, "headers of the running kernel 6.1.0-28-amd64")
+    headers = task(tasks, "kernel headers linux-headers-6.1.0-28-amd64,")
     assert headers.args["name"] == ["linux-headers-6.1.0-28-amd64"]
     assert headers.args["update_cache"] is True and headers.args.get("version") is None
     assert names.index(headers.name) < names.index(task(tasks, "^driver ").name)
+
+
+# A kernel update installed and not booted yet: Debian's dkms builds the module for it too, and
+# skips it without its headers (the host would boot it with no NVIDIA module)
+NEWER = {"newest_kernel": "6.1.0-31-amd64", "newest_kernel_headers": False}
+
+
+@pytest.mark.parametrize(
+    ("facts", "wanted"),
+    [
+        ({**NO_HEADERS, **NEWER}, ["linux-headers-6.1.0-28-amd64", "linux-headers-6.1.0-31-amd64"]),
+        ({**NO_HEADERS, **NEWER, "kernel_headers": True}, ["linux-headers-6.1.0-31-amd64"]),
+        ({**NO_HEADERS, **NEWER, "newest_kernel_headers": True}, ["linux-headers-6.1.0-28-amd64"]),
+    ],
+)  # fmt: skip
+def test_the_newer_installed_kernel_dkms_also_builds_for_gets_its_headers_too(facts, wanted):
+    tasks = planned(H100, facts)
+    headers = task(tasks, "^kernel headers ")
+    assert headers.args["name"] == wanted
+    assert headers.name.startswith(f"kernel headers {', '.join(wanted)}, which DKMS builds")
 
 
 @pytest.mark.parametrize(
@@ -172,14 +192,16 @@ def test_a_host_without_its_kernels_headers_gets_them_before_the_driver():
         ({**NO_HEADERS, "kernel_headers": True}, {}),  # /lib/modules/<kernel>/build/include
         ({**NO_HEADERS, "kernel_headers": None}, {}),  # not read: nothing is guessed
         (NO_HEADERS, {"nvidia_driver_kernel_headers": False}),  # the site provides them
+        ({**NO_HEADERS, **NEWER}, {"nvidia_driver_kernel_headers": False}),
         ({**ROCKY, "kernel": "5.14.0-427.el9.x86_64", "kernel_headers": False}, {}),  # Debian only
         ({**NO_HEADERS, "kernel": "6.1.0_custom"}, {}),  # no Debian package can carry that name
+        ({**NO_HEADERS, "kernel_headers": True, **NEWER, "newest_kernel_headers": None}, {}),
     ],
 )
 def test_no_headers_are_installed_where_they_are_present_unknown_or_not_ours(facts, variables):
     tasks = planned({**H100, **variables}, facts)
-    assert gpu_plan.kernel_headers_package(facts, variables) is None
-    assert absent(tasks, "headers of the running kernel")
+    assert gpu_plan.kernel_headers_packages(facts, variables) == ()
+    assert absent(tasks, "^kernel headers ")
     assert task(tasks, "^driver ")
     view = gpu_plan.template_plan("g1", {**H100, **variables}, HostFacts(host="g1", **facts))
     assert view["kernel_headers"] is None

@@ -284,12 +284,38 @@ def test_a_host_without_its_kernels_headers_is_asked_for_them_and_refused_when_n
     result = upgrade(inv, "--to", "580", "--drain", "none")
     assert result.exit_code == 2, result.output
     assert (
-        "REFUSED g1: its package sources do not offer linux-headers-6.1.0-28-amd64 (the running "
-        "kernel's headers, which DKMS builds the driver's module against: no source offers "
+        "REFUSED g1: its package sources do not offer linux-headers-6.1.0-28-amd64 (a kernel's "
+        "headers, which DKMS builds the driver's module against: no source offers "
         "linux-headers-6.1.0-28-amd64) (after apt-get update)"
     ) in " ".join(result.output.split())
     assert "nvidia_driver_kernel_headers: false" in result.output
     assert "REFUSED g2" not in result.output
+    assert not state_dir.exists() or list(state_dir.iterdir()) == []  # no run recorded
+
+
+def test_a_host_whose_newer_installed_kernel_lacks_headers_is_asked_for_them_and_refused(
+    tmp_path, monkeypatch, state_dir
+):
+    # a kernel update installed, not booted: dkms builds the module for it too, and skips it
+    # without its headers; the reboot of the rollout may boot it with no NVIDIA module
+    inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}})
+    facts = {"g1": gpu_facts("g1")}
+    facts["g1"].kernel_headers = True
+    facts["g1"].newest_kernel, facts["g1"].newest_kernel_headers = "6.1.0-31-amd64", False
+    fleet = FakeFleet(facts=facts)
+    fleet.connection("g1").on(
+        "apt-cache policy", 0, NO_DRIVER_580_126.replace("580.65.06-1", "580.126.20-1")
+    )
+    fleet.install(monkeypatch)
+    result = upgrade(inv, "--to", "580", "--drain", "none")
+    assert result.exit_code == 2, result.output
+    (asked, *_) = [c for c in fleet.commands("g1") if "apt-cache policy" in c]
+    assert "linux-headers-6.1.0-31-amd64" in asked and "linux-headers-6.1.0-28" not in asked
+    assert (
+        "REFUSED g1: its package sources do not offer linux-headers-6.1.0-31-amd64 (a kernel's "
+        "headers, which DKMS builds the driver's module against: no source offers "
+        "linux-headers-6.1.0-31-amd64) (after apt-get update)"
+    ) in " ".join(result.output.split())
     assert not state_dir.exists() or list(state_dir.iterdir()) == []  # no run recorded
 
 
