@@ -67,7 +67,11 @@ printf 'id=%s\nversion_id=%s\nid_like=%s\npretty=%s\n' "${ID:-}" "${VERSION_ID:-
 { read -r kernel < /proc/sys/kernel/osrelease; } 2>/dev/null || kernel=$(uname -r)
 printf 'arch=%s\nkernel=%s\n' "${HOSTTYPE:-$(uname -m)}" "$kernel"
 if [ -e "/lib/modules/$kernel/build/include" ]; then echo 'kernel_headers=yes'; else echo 'kernel_headers=no'; fi
-for c in /boot/config-*; do [ -f "$c" ] || continue; k=${c#/boot/config-}; if [ -e "/lib/modules/$k/build/include" ]; then h=yes; elif [ -e "/lib/modules/$k" ]; then h=no; else h=gone; fi; echo "installed_kernel=$k $h"; done
+for c in /boot/config-*; do
+  [ -f "$c" ] || continue; k=${c#/boot/config-}
+  if [ -e "/lib/modules/$k/build/include" ]; then h=yes; elif [ -e "/lib/modules/$k" ]; then h=no; else h=gone; fi
+  echo "installed_kernel=$k $h"
+done
 echo '@@pci'
 for d in /sys/bus/pci/devices/*; do
   { read -r v < "$d/vendor"; } 2>/dev/null || continue

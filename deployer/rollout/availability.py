@@ -14,9 +14,9 @@ driver role installs them before the driver, since DKMS builds its module agains
 Debian's dkms skips the build without them, the install succeeding with no module).
 
 Asked in the same round trip: the free space the install needs (``free_space.py``: a host with
-too little is refused, also in ``--check``), and ``dpkg --audit``. Packages dpkg left half-installed (an install
-interrupted, a maintainer script that failed) make apt refuse every install until they are
-finished, so a host with any is refused too (``dpkg-unfinished``, also in ``--check``: that state
+too little is refused, also in ``--check``), and ``dpkg --audit``. Packages dpkg left
+half-installed (an install interrupted, a maintainer script that failed) make apt refuse every
+install until they are finished, so a host with any is refused too (``dpkg-unfinished``, also in ``--check``: that state
 is exact), naming them and ``dpkg --configure -a``.
 
 A host's package lists may be older than its sources: where a needed version is not in them, the

@@ -10,6 +10,7 @@ prints it, unless the test scripted another answer. Nothing here reaches a netwo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,7 +87,7 @@ class FleetConnection(ScriptedConnection):
         return super().run(command, stdin=stdin, timeout=timeout)
 
 
-def offering(command: str, free: list[str] = ()) -> str:
+def offering(command: str, free: Sequence[str] = ()) -> str:
     """The answer of a host whose sources offer what the plan of ``command``
     (``availability.policy_script``) installs, and whose ``df`` prints ``free``."""
     first = command.splitlines()[0]
@@ -97,7 +98,9 @@ def offering(command: str, free: list[str] = ()) -> str:
     return policy_answer(offered, free if free_space.MARK in command else ())
 
 
-def policy_answer(packages: dict[str, tuple[str | None, list[str]]], free: list[str] = ()) -> str:
+def policy_answer(
+    packages: dict[str, tuple[str | None, list[str]]], free: Sequence[str] = ()
+) -> str:
     """``availability.policy_script``'s output on a host with its NVIDIA source and nothing for
     ``dpkg --audit``, its ``apt-cache policy`` (apt 2.6's layout) of ``packages``: name ->
     (installed version or None, the versions its sources offer); with ``free``, df's lines."""
