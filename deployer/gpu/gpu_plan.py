@@ -49,6 +49,7 @@ from deployer.errors import InputError, PlanRefused
 from deployer.facts import HostFacts
 from deployer.gpu import hpc_job_mapping, matrix, rules, version_plan
 from deployer.gpu.driver_record import RECORD_PATH, DriverRecord
+from deployer.modules import disk_space
 
 # Model used for a stand-in when neither the inventory nor facts name one (validation only).
 _STAND_IN_MODEL = "H100"
@@ -178,6 +179,25 @@ def driver_switch(resolved: rules.ResolvedPlan, facts: Mapping[str, Any]) -> dic
     }
 
 
+def install_room(
+    view: Mapping[str, Any], variables: Mapping[str, Any], facts: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The nvidia_driver role's free-space check: ``needs`` (``min_free_mib``) and whether it
+    is ``asked``: on a Debian-family host whose facts show something of the driver to install
+    (a driver or Fabric Manager package not at the planned version, a kernel's headers, another
+    branch's packages to replace). A host at its planned driver is not asked (no process added
+    to a run that changes nothing); nor an RPM-family one, whose versions facts do not compare
+    here."""
+    needs = min_free_mib(str(view.get("host", "")), variables)
+    if not needs or facts.get("os_family") != "debian":
+        return {"needs": needs, "asked": False}
+    installed = facts.get("packages") or {}
+    pinned = [(view[c]["names"], view[c]["deb_version"]) for c in ("driver", "fabricmanager")]
+    behind = any(installed.get(n) != version for names, version in pinned for n in names)
+    asked = behind or bool(view["kernel_headers"]) or bool(view["driver_switch"]["needed"])
+    return {"needs": needs, "asked": asked}
+
+
 def dcgm_stale_variants(resolved: rules.ResolvedPlan, facts: Mapping[str, Any]) -> list[str]:
     """Installed DCGM CUDA-variant packages the plan does not install (see the module docstring)."""
     return sorted(
@@ -237,6 +257,7 @@ def _view(
     )
     out["driver_switch"] = driver_switch(resolved, facts)
     out["kernel_headers"] = list(kernel_headers_packages(facts, variables)) or None
+    out["disk_space"] = install_room(out, variables, facts)
     out["dcgm_stale_variants"] = dcgm_stale_variants(resolved, facts)
     # The CSV holds only names this exporter version accepts; a host with a GPU in MIG mode also
     # collects the instances' utilization signal (deployer/dcgm_fields.py). Both are planned: MIG
@@ -264,8 +285,6 @@ def _resolve(host: str, variables: Mapping[str, Any], names: list[str] | None):
 _CHOICES = {"nvidia_driver_reboot": ("never", "if_required")}
 _BOOLEANS = ("nvidia_driver_reboot_force", "nvidia_persistenced_persistence_mode", HEADERS_VAR)
 FREE_SPACE_VAR = "nvidia_driver_min_free_mib"
-# A path the free-space question may name: absolute, of these characters only (no quoting needed)
-_FREE_SPACE_PATH = re.compile(r"^/[A-Za-z0-9._/-]*$")
 
 
 def min_free_mib(host: str, variables: Mapping[str, Any]) -> dict[str, int]:
@@ -283,7 +302,7 @@ def min_free_mib(host: str, variables: Mapping[str, Any]) -> dict[str, int]:
         )
     needs = {}
     for path, mib in value.items():
-        if not isinstance(path, str) or not _FREE_SPACE_PATH.match(path):
+        if not isinstance(path, str) or not disk_space.PATH.match(path):
             raise InputError(
                 f"host {host}: {path!r} is not an absolute path (letters, digits, '._-/')",
                 key=f"{FREE_SPACE_VAR}.{path}",

@@ -5,6 +5,7 @@ from deployer.modules import (  # noqa: F401
     archive,
     assertion,
     command,
+    disk_space,
     driver_switch,
     files,
     mig_copy,

@@ -43,6 +43,7 @@ from deployer.errors import HostUnreachable
 from deployer.executor import DEFAULT_FORKS
 from deployer.gpu.gpu_plan import HEADERS_COMPONENT, HEADERS_VAR
 from deployer.gpu.rules import PackagePin, Refusal
+from deployer.modules import disk_space
 from deployer.modules.package import STAMP_COMMAND, update_command
 from deployer.rollout import free_space
 from deployer.rollout.hostops import output_tail
@@ -113,7 +114,7 @@ class Answer:
     configured: bool | None
     audit: tuple[str, ...]
     offers: dict[str, Offer]
-    rooms: dict[str, free_space.Room] = field(default_factory=dict)
+    rooms: dict[str, disk_space.Room] = field(default_factory=dict)
 
 
 def parse_answer(text: str) -> Answer:
@@ -138,7 +139,7 @@ def parse_answer(text: str) -> Answer:
         configured,
         tuple(ln for ln in audit if ln.strip()),
         parse_policy("\n".join(policy)),
-        free_space.parse(space),
+        disk_space.parse(space),
     )
 
 
@@ -256,7 +257,7 @@ def _judge(
     answer = _read(run, host, pins, needs)
     if answer.audit:
         return _unfinished(host, answer.audit), None
-    short = free_space.shortfalls(needs, answer.rooms)
+    short = disk_space.shortfalls(needs, answer.rooms)
     if short:
         return free_space.refusal(host, short), None
     if answer.configured is False:

@@ -15,70 +15,31 @@ drained, silenced or stopped) where a filesystem has less free than the needs of
 together. Also in ``--check``: the free space is read, not predicted. A path the host does not
 have is not asked.
 
-The role's defaults (``roles/nvidia_driver/defaults/main.yml``) are estimates, not measured on
-NVIDIA's packages here: docs/unverified.md#nvidia-driver-install-space.
+How df is asked and its answer judged is the ``disk_space`` module's
+(deployer/modules/disk_space.py), which the nvidia_driver role also runs before it installs
+anything, so ``up`` fails a host short of room before its install. The role's defaults
+(``roles/nvidia_driver/defaults/main.yml``) are estimates, not measured on NVIDIA's packages
+here: docs/unverified.md#nvidia-driver-install-space.
 """
 
 from __future__ import annotations
 
-import shlex
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from deployer.gpu.gpu_plan import FREE_SPACE_VAR
 from deployer.gpu.rules import Refusal
+from deployer.modules import disk_space
 
 RULE = "disk-space"
 MARK = "@@ free space"
-MIB = 1 << 20
-
-
-@dataclass(frozen=True)
-class Room:
-    """The filesystem holding one path, as ``df`` saw it: its mount point and the bytes an
-    unprivileged user may still write there."""
-
-    mount: str
-    free_bytes: int
 
 
 def script(paths: Iterable[str]) -> str:
     """Read-only shell: the free space of ``paths``, one line each (``path free mount``) after
-    :data:`MARK`, in the C locale; a path the host lacks prints nothing. Nothing without paths."""
-    quoted = " ".join(shlex.quote(p) for p in paths)
-    if not quoted:
-        return ""
-    return f"echo '{MARK}'; LC_ALL=C df -B1 --output=file,avail,target -- {quoted} 2>/dev/null\n"
-
-
-def parse(lines: Iterable[str]) -> dict[str, Room]:
-    """Path -> Room from :func:`script`'s lines after its mark (df's header, or a line of
-    another shape, is passed over)."""
-    rooms = {}
-    for line in lines:
-        parts = line.split(None, 2)
-        if len(parts) == 3 and parts[1].isdigit():
-            rooms[parts[0]] = Room(parts[2], int(parts[1]))
-    return rooms
-
-
-def shortfalls(needs: Mapping[str, int], rooms: Mapping[str, Room]) -> list[str]:
-    """Each filesystem with less free than the needs (MiB) of the paths on it together, as
-    ``path and path (on /): N MiB free, M MiB needed``. Paths without a Room are not asked."""
-    on: dict[str, list[str]] = {}
-    for path in needs:
-        room = rooms.get(path)
-        if room is not None:
-            on.setdefault(room.mount, []).append(path)
-    out = []
-    for mount, paths in on.items():
-        need = sum(needs[p] for p in paths)
-        free = rooms[paths[0]].free_bytes
-        if free < need * MIB:
-            out.append(
-                f"{' and '.join(paths)} (on {mount}): {free // MIB} MiB free, {need} MiB needed"
-            )
-    return out
+    :data:`MARK` (``disk_space.df_command``); a path the host lacks prints nothing. Nothing
+    without paths."""
+    command = disk_space.df_command(paths)
+    return f"echo '{MARK}'; {command}\n" if command else ""
 
 
 def refusal(host: str, short: list[str]) -> Refusal:

@@ -366,6 +366,38 @@ def test_a_host_whose_boot_filesystem_is_too_small_for_the_install_is_refused_be
         sh(ulab, "gpu02", "umount /boot")
 
 
+def test_up_installing_a_driver_on_a_host_without_room_fails_it_before_anything_is_installed(
+    ulab, baseline
+):
+    """``up`` with another driver (out of service) on gpu02, its /boot a 64 MiB tmpfs: the
+    nvidia_driver role's first task reads the room with df and fails the host, in check mode and
+    in a run, before the repository, the pin or any package is touched."""
+    sh(ulab, "gpu02", "mount -t tmpfs -o size=64m gpumon-test-boot /boot")
+    try:
+        before = host_state(ulab, "gpu02")
+        for check in ((), ("--check",)):
+            proc = gpumon(
+                "up", "-i", baseline, "--limit", "gpu02", "-e", "nvidia_driver_version=580.126.20",
+                "--out-of-service", "--output", "json", *check,
+            )  # fmt: skip
+            assert proc.returncode == 1, (check, proc.stderr[-3000:])
+            tasks = json.loads(proc.stdout)["hosts"]["gpu02"]["tasks"]
+            driver = [t for t in tasks if t["role"] == "nvidia_driver"]
+            assert [(t["task"], t["status"]) for t in driver] == [
+                ("room for driver 580.126.20's install (/var, /usr, /boot)", "failed")
+            ], check
+            said = " ".join(driver[0]["error"].split())
+            assert said.startswith(
+                "too little free space for driver 580.126.20's install: /boot (on /boot): "
+                "64 MiB free, 128 MiB needed; free space there"
+            ), said
+            assert "nvidia_driver_min_free_mib" in said and said.endswith("nothing was installed")
+            assert host_state(ulab, "gpu02") == before
+    finally:
+        sh(ulab, "gpu02", "umount /boot")
+    assert loaded(ulab, "gpu02") == BASELINE
+
+
 # ---- a validation failure -----------------------------------------------------------------------
 
 

@@ -207,6 +207,45 @@ def test_no_headers_are_installed_where_they_are_present_unknown_or_not_ours(fac
     assert view["kernel_headers"] is None
 
 
+# Room for the install, asked before anything of the role where something is to be installed:
+# an install that runs out of space stops half-way (deployer/modules/disk_space.py)
+ROOM = "^room for driver 595.45.04's install"
+AT_PLAN = {"nvidia-open": "595.45.04-1", "nvidia-fabricmanager": "595.45.04-1",
+           "libnvidia-nscq": "595.45.04-1"}  # fmt: skip
+
+
+def test_a_host_with_a_driver_to_install_is_asked_for_room_before_anything_else():
+    tasks = planned(H100)
+    room = task(tasks, ROOM)
+    assert room.name == "room for driver 595.45.04's install (/var, /usr, /boot)"
+    assert room.args["needs"] == {"/var": 2048, "/usr": 2048, "/boot": 128}
+    assert "nvidia_driver_min_free_mib" in room.args["hint"]
+    assert next(iter(tasks)) == room.name  # before the repository, the pin, every package
+
+
+@pytest.mark.parametrize(
+    ("facts", "asked"),
+    [
+        ({**DEBIAN, "packages": AT_PLAN}, False),  # the planned driver is there: nothing asked
+        ({**DEBIAN, "packages": {**AT_PLAN, "nvidia-open": "580.126.20-1"}}, True),  # upgrade
+        ({**DEBIAN, "packages": {**AT_PLAN, "libnvidia-nscq": "580.126.20-1"}}, True),
+        ({**NO_HEADERS, "packages": AT_PLAN}, True),  # headers to install
+        ({**DEBIAN, "packages": {**AT_PLAN, "cuda-drivers-580": "580.126.20-1"}}, True),  # switch
+        (ROCKY, False),  # an RPM host's versions are not compared here
+    ],
+)
+def test_room_is_asked_only_where_something_of_the_driver_is_to_be_installed(facts, asked):
+    tasks = planned(H100, facts)
+    assert (not absent(tasks, ROOM)) is asked
+    assert task(tasks, r"^driver 595\.45\.04 ")
+
+
+def test_no_room_is_asked_when_nvidia_driver_min_free_mib_asks_none():
+    assert absent(planned({**H100, "nvidia_driver_min_free_mib": False}), ROOM)
+    room = task(planned({**H100, "nvidia_driver_min_free_mib": {"/var": 0, "/opt": 512}}), ROOM)
+    assert room.args["needs"] == {"/opt": 512}
+
+
 def test_nvidia_driver_kernel_headers_must_be_a_boolean():
     with pytest.raises(InputError) as exc:
         planned({**H100, "nvidia_driver_kernel_headers": "sometimes"}, NO_HEADERS)

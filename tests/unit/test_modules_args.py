@@ -25,6 +25,7 @@ OK_ARGS = {
     "wait_for": {"port": 9100},
     "reboot": {},
     "assert": {"that": "true"},
+    "disk_space": {"needs": {"/boot": 128}},
     "nvidia_driver_switch": {"purge": ["cuda-drivers-535"]},
     "copy_by_mig_mode": {"dest": "/etc/x.csv", "content": "a", "mig_content": "b"},
 }
@@ -116,6 +117,12 @@ BAD = [
     ("wait_for", {"port": 1, "contains": "ok"}, "contains"),
     ("wait_for", {"port": 1, "timeout": 0}, "timeout"),
     ("wait_for", {"port": 1, "timeout": 5, "interval": 10}, "interval"),
+    ("disk_space", {}, "needs"),
+    ("disk_space", {"needs": "/boot"}, "needs"),
+    ("disk_space", {"needs": {"boot": 1}}, "needs"),
+    ("disk_space", {"needs": {"/boot; reboot": 1}}, "needs"),
+    ("disk_space", {"needs": {"/boot": -1}}, "needs"),
+    ("disk_space", {"needs": {"/boot": "1G"}}, "needs"),
     ("reboot", {"reboot_timeout": 1}, "reboot_timeout"),
     ("reboot", {"reboot_timeout": True}, "reboot_timeout"),
 ]

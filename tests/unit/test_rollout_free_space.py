@@ -14,8 +14,9 @@ from deployer.connection import CommandResult, LocalConnection
 from deployer.errors import InputError
 from deployer.gpu import gpu_plan
 from deployer.gpu.rules import PackagePin
+from deployer.modules import disk_space
+from deployer.modules.disk_space import Room
 from deployer.rollout import availability, free_space
-from deployer.rollout.free_space import Room
 
 REPO = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
@@ -30,7 +31,7 @@ def test_free_space_is_read_with_df_on_this_machine_path_by_path():
     result = LocalConnection().run(free_space.script(paths), timeout=60)
     lines = result.stdout.splitlines()
     assert lines[0] == free_space.MARK
-    rooms = free_space.parse(lines[1:])
+    rooms = disk_space.parse(lines[1:])
     assert sorted(rooms) == ["/tmp", "/usr", "/var"]
     for path, room in rooms.items():
         seen = os.statvfs(path)
@@ -41,7 +42,7 @@ def test_free_space_is_read_with_df_on_this_machine_path_by_path():
 
 
 def test_df_s_header_and_lines_of_another_shape_are_passed_over():
-    rooms = free_space.parse(
+    rooms = disk_space.parse(
         ["File        Avail Mounted on", "/var  8123 /", "/boot 100 /boot efi", "garbage", ""]
     )
     assert rooms == {"/var": Room("/", 8123), "/boot": Room("/boot efi", 100)}
@@ -66,7 +67,7 @@ NEEDS = {"/var": 2048, "/usr": 2048, "/boot": 128}
     ],
 )  # fmt: skip
 def test_each_filesystem_needs_the_sum_of_its_paths_needs(rooms, short):
-    assert free_space.shortfalls(NEEDS, rooms) == short
+    assert disk_space.shortfalls(NEEDS, rooms) == short
 
 
 def test_the_role_s_defaults_are_the_needs_a_host_gets():
