@@ -545,6 +545,13 @@ class DeploySession:
             self.inventory, gpu, variables, None if offline else self.facts
         )
         refused = preflight.refusals(plans)
+        if not offline:
+            refused += preflight.branch_downgrades(
+                plans,
+                self.facts,
+                guarded=self._gpu_role_hosts(),
+                refused={r.host for r in refused},
+            )
         if not offline and not out_of_service:
             refused += preflight.live_driver_changes(
                 plans,

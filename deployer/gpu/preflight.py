@@ -1,9 +1,12 @@
 """Preflight: every selected GPU host's version plan checked before anything is written.
 
 Runs before anything is written: ``check`` runs only this; ``up`` runs it first and refuses the
-whole run (exit 2) when any host's plan is refused. Two kinds of refusal:
+whole run (exit 2) when any host's plan is refused. Three kinds of refusal:
 
 - the compatibility matrix refuses a host's plan (``refusals``);
+- **a branch never steps a host back** (``branch_downgrades``): a plan by branch (or the default
+  branch) resolves to the newest release of it the matrix knows, and a host already running a
+  newer release of that branch is refused, ``--out-of-service`` or not;
 - **``up`` never changes a loaded driver** (``live_driver_changes``): a host whose NVIDIA kernel
   module is loaded (facts, read-only) and whose plan names another driver is refused, naming the
   loaded and the planned version and ``upgrade-driver`` -- the only way a live host's driver
@@ -110,6 +113,59 @@ def host_plans(
 
 def refusals(plans: list[version_plan.VersionPlan]) -> list[rules.Refusal]:
     return rules.check(plans)
+
+
+DOWNGRADE_RULE = "driver-downgrade"
+
+
+def branch_downgrades(
+    plans: Iterable[version_plan.VersionPlan],
+    facts: Mapping[str, HostFacts],
+    *,
+    guarded: Iterable[str],
+    refused: Iterable[str] = (),
+) -> list[rules.Refusal]:
+    """Hosts of ``guarded`` whose plan names no exact driver (``nvidia_driver_branch``, or the
+    matrix's default branch) and whose driver (installed, else loaded) is a newer release of
+    that branch than the newest the matrix knows, which the plan resolves to: NVIDIA ships
+    releases faster than the matrix is edited (the real captures show R580's 580.159.04 past
+    the matrix's newest), and the branch means "its newest release", never a step back. Refused
+    with or without ``--out-of-service``: the install would downgrade the host. Newer packages
+    under the planned module (loaded) are a repair, not refused (``version_plan.passed``)."""
+    watch = set(guarded) - set(refused)
+    out = []
+    for plan in plans:
+        f = facts.get(plan.host)
+        if plan.host not in watch or f is None or plan.driver_version:
+            continue
+        try:
+            planned = rules.resolve(plan).driver_version
+        except PlanRefused:
+            continue  # the matrix refusal names it
+        running = version_plan.passed(planned, f.driver_installed, f.driver_loaded)
+        if running is None:
+            continue
+        said = (
+            f"nvidia_driver_branch {plan.driver_branch}"
+            if plan.driver_branch
+            else "the default branch (no nvidia_driver_version or nvidia_driver_branch)"
+        )
+        out.append(
+            rules.Refusal(
+                host=plan.host,
+                rule=DOWNGRADE_RULE,
+                message=(
+                    f"runs driver {running}, newer than {planned}, which {said} resolves to (the "
+                    f"newest R{planned.split('.')[0]} release the matrix knows): the install "
+                    "would downgrade it"
+                ),
+                fix=(
+                    f"keep it with nvidia_driver_version: {running} for the host (or its "
+                    "group), or set the release the hosts are to run"
+                ),
+            )
+        )
+    return out
 
 
 def live_driver_changes(

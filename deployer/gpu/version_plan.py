@@ -54,6 +54,31 @@ class DriverTarget:
     version: str
     listed: bool
 
+    @property
+    def by_branch(self) -> bool:
+        """``--to`` named a branch: the version is the newest of it the matrix knows, which
+        NVIDIA's newer releases of that branch may have passed."""
+        return self.requested != self.version
+
+
+def passed(version: str, installed: str | None, loaded: str | None) -> str | None:
+    """A host's driver that is a newer release of ``version``'s branch (installed, else
+    loaded), so that installing ``version`` downgrades the host; None when neither is, or when
+    ``version`` is the loaded driver (newer packages under it: putting them back is a repair)."""
+    if loaded == version:
+        return None
+    return next((v for v in (installed, loaded) if newer_in_branch(v, version)), None)
+
+
+def newer_in_branch(running: str | None, version: str) -> bool:
+    """Whether ``running`` is a release of ``version``'s branch newer than it (by number:
+    580.159.04 after 580.126.20, 580.65.06 before it); False for anything not a release."""
+    if not running or not DRIVER_VERSION_RE.match(running) or not DRIVER_VERSION_RE.match(version):
+        return False
+    if running.split(".")[0] != version.split(".")[0]:
+        return False
+    return data.version_key(running) > data.version_key(version)
+
 
 @dataclass(frozen=True)
 class VersionPlan:

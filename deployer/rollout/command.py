@@ -31,7 +31,7 @@ from deployer.rollout import availability, drain
 from deployer.rollout.batching import plan_batches
 from deployer.rollout.controller import Rollout, initial_record_skips
 from deployer.rollout.drain import DrainHook, DrainStateError, make_hook, node_name
-from deployer.rollout.host_targets import HostTarget, Preflight, run_preflight
+from deployer.rollout.host_targets import HostTarget, Preflight, newer_than_target, run_preflight
 from deployer.rollout.options import RolloutOptions
 from deployer.rollout.state import HostRecord, RunRecord, StateStore, new_run_id
 from deployer.rollout.view import LiveView, plan_text, report
@@ -360,6 +360,14 @@ def upgrade_driver(
         elif pre.refusals:
             _print_refusals(pre, err)
             return EXIT_INPUT
+        for h, t in sorted(pre.hosts.items()):
+            running = newer_than_target(pre.target, t)
+            if running is not None and h not in finished:  # an explicit version: said
+                print(
+                    f"NOTE {h}: driver {running} -> {pre.target.version} is a downgrade, as "
+                    f"--to {pre.target.requested} asks",
+                    file=err,
+                )
         if not _packages_offered(pre, finished, check=req.check, err=err):
             return EXIT_INPUT
         opener = _drain_connection(session, options.drain_host)

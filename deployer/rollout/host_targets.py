@@ -8,7 +8,9 @@ Volta), and Fabric Manager follows the driver exactly -- and the versions before
 A host whose plan the matrix refuses (a V100 past R580, say) is reported with the rule and the
 fix; the command then refuses the whole run (exit 2, nothing touched), and the user may ``--limit``
 such hosts out. A host that already runs the target (installed == loaded == nvidia-smi, and
-every DCGM/exporter/Fabric Manager version as planned) is up to date and is skipped.
+every DCGM/exporter/Fabric Manager version as planned) is up to date and is skipped. A host that
+runs a newer release of the target's branch than a branch target (``--to 580``) resolves to is
+refused (``downgrades``): the branch names the newest release the matrix knows, not a downgrade.
 """
 
 from __future__ import annotations
@@ -182,4 +184,43 @@ def run_preflight(session: DeploySession, to: str) -> Preflight:
             mismatches=mismatches,
             inventory_driver=driver_record.inventory_driver(session.host_variables(h)),
         )
+    refusals += downgrades(target, hosts)
     return Preflight(target, session, hosts, refusals, not_read)
+
+
+DOWNGRADE_RULE = "driver-downgrade"
+
+
+def newer_than_target(target: version_plan.DriverTarget, t: HostTarget) -> str | None:
+    """The host's driver (installed, else loaded) when it is a newer release of the target's
+    branch than the target: moving it there is a downgrade (``version_plan.passed``)."""
+    return version_plan.passed(target.version, t.facts.driver_installed, t.facts.driver_loaded)
+
+
+def downgrades(
+    target: version_plan.DriverTarget, hosts: dict[str, HostTarget]
+) -> list[rules.Refusal]:
+    """Hosts a branch target (``--to 580``) would downgrade: the branch means the newest release
+    of it the matrix knows, and NVIDIA ships newer ones than the matrix lists (the real captures
+    show 580.159.04 where the matrix's newest R580 is older), so a host already past it would be
+    moved back, rebooted and all. Refused, naming its release; a full version (``--to
+    580.126.20``) is an explicit wish and is only said (``NOTE``)."""
+    if not target.by_branch:
+        return []
+    out = []
+    for h, t in hosts.items():
+        running = newer_than_target(target, t)
+        if running is not None:
+            out.append(
+                rules.Refusal(
+                    h,
+                    DOWNGRADE_RULE,
+                    f"runs driver {running}, newer than {target.version}, the newest "
+                    f"R{target.branch} release the matrix knows: --to {target.requested} would "
+                    "downgrade it",
+                    f"give the release the hosts are to run (--to {running} or newer: one the "
+                    "matrix does not list is checked against the hosts' package sources), or "
+                    "leave it out with --limit",
+                )
+            )
+    return out

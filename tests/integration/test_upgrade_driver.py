@@ -398,6 +398,47 @@ def test_up_installing_a_driver_on_a_host_without_room_fails_it_before_anything_
     assert loaded(ulab, "gpu02") == BASELINE
 
 
+def test_a_branch_older_than_a_hosts_release_of_it_is_refused_and_an_exact_downgrade_is_not(
+    ulab, baseline, state_env
+):
+    """gpu02 at 580.159.04 (a real R580 release past the matrix's newest, 580.126.20: the
+    captured /proc/driver/nvidia/version line): ``upgrade-driver --to 580`` and ``up`` with
+    ``nvidia_driver_branch=580`` (out of service too) refuse it before anything is touched,
+    rule driver-downgrade; the exact older version, asked for, installs (apt's downgrade)."""
+    ahead = "580.159.04"
+    put = ("up", "-i", baseline, "--limit", "gpu02", "-e", "nvidia_driver_reboot=if_required",
+           "--out-of-service")  # fmt: skip
+    try:
+        proc = gpumon(*put, "-e", f"nvidia_driver_version={ahead}")
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        assert loaded(ulab, "gpu02") == ahead
+        before = host_state(ulab, "gpu02")
+        proc = gpumon("upgrade-driver", "-i", baseline, "--to", "580", "--limit", "gpu01:gpu02",
+                      *DRAIN_ARGS, env=state_env)  # fmt: skip
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        said = " ".join(proc.stderr.split())
+        assert (
+            f"REFUSED gpu02: runs driver {ahead}, newer than 580.126.20, the newest R580 release "
+            f"the matrix knows: --to 580 would downgrade it; give the release the hosts are to "
+            f"run (--to {ahead} or newer"
+        ) in said
+        assert "[driver-downgrade]" in said and "REFUSED gpu01" not in said
+        assert list(Path(state_env["GPUMON_ROLLOUT_STATE_DIR"]).iterdir()) == []
+        proc = gpumon(*put, "-e", "nvidia_driver_branch=580")
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        said = " ".join(proc.stderr.split())
+        assert (
+            f"gpu02: runs driver {ahead}, newer than 580.126.20, which nvidia_driver_branch 580 "
+            "resolves to"
+        ) in said
+        assert f"keep it with nvidia_driver_version: {ahead}" in said
+        assert host_state(ulab, "gpu02") == before
+    finally:
+        proc = gpumon(*put, "-e", f"nvidia_driver_version={BASELINE}")  # the exact older one
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    assert loaded(ulab, "gpu02") == BASELINE
+
+
 # ---- a validation failure -----------------------------------------------------------------------
 
 

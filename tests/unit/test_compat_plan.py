@@ -8,6 +8,8 @@ from deployer.errors import InputError
 from deployer.gpu.version_plan import (
     PLAN_VARS,
     DriverTarget,
+    newer_in_branch,
+    passed,
     plan_from_vars,
     plans_from_vars,
     resolve_target,
@@ -179,6 +181,43 @@ TARGETS = [
 @pytest.mark.parametrize(("to", "target"), TARGETS, ids=[t for t, _ in TARGETS])
 def test_upgrade_target_resolves(to, target):
     assert resolve_target(to) == target
+
+
+@pytest.mark.parametrize(
+    ("running", "newer"),
+    [
+        ("580.159.04", True),  # a newer R580 release than the matrix's newest (captured)
+        ("580.126.20", False),  # the version itself
+        ("580.65.06", False),  # older: 65 < 126 as numbers, not as text
+        ("590.48.01", False),  # another branch
+        (None, False),
+        ("580.159.04~rc1", False),  # not a release's shape: nothing judged
+    ],
+)
+def test_a_newer_release_of_the_same_branch_is_told_by_number(running, newer):
+    assert newer_in_branch(running, "580.126.20") is newer
+
+
+@pytest.mark.parametrize(
+    ("installed", "loaded", "said"),
+    [
+        ("580.159.04", "580.159.04", "580.159.04"),  # installing 580.126.20 would downgrade
+        ("580.159.04", "580.65.06", "580.159.04"),  # newer packages waiting for a reboot
+        (None, "580.159.04", "580.159.04"),
+        ("580.159.04", "580.126.20", None),  # newer packages under the planned module: a repair
+        ("580.65.06", "580.65.06", None),  # an upgrade
+        (None, None, None),  # a first install
+    ],
+)
+def test_a_host_past_the_version_in_its_branch_would_be_downgraded(installed, loaded, said):
+    assert passed("580.126.20", installed, loaded) == said
+
+
+@pytest.mark.parametrize(
+    ("to", "by_branch"), [("580", True), ("R580", True), ("580.126.20", False)]
+)
+def test_a_target_named_by_branch_is_its_newest_known_release(to, by_branch):
+    assert resolve_target(to).by_branch is by_branch
 
 
 BAD_TARGETS = [

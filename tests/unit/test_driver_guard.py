@@ -130,6 +130,60 @@ def test_a_plan_the_matrix_refuses_is_refused_once_by_the_matrix(tmp_path, monke
     assert [r.rule for r in refused] == ["arch-last-branch"]
 
 
+# ---- a branch never steps a host back --------------------------------------------------------
+
+BRANCH_580 = {"gpu_model": "H100", "nvidia_driver_branch": "580"}  # the matrix's newest: 580.126.20
+
+
+@pytest.mark.parametrize("out_of_service", [False, True])
+def test_a_branch_whose_newest_known_release_is_older_than_the_hosts_is_refused(
+    tmp_path, monkeypatch, out_of_service
+):
+    # NVIDIA ships releases past the matrix (580.159.04 is in the real captures): installing
+    # the branch's newest known release would downgrade the host, out of service or not
+    inv = write_inventory(tmp_path, {"g1": BRANCH_580})
+    fleet(monkeypatch, installed="580.159.04", loaded="580.159.04")
+    _, refused = preflight(inv, out_of_service=out_of_service)
+    assert [(r.host, r.rule) for r in refused] == [("g1", "driver-downgrade")]  # said once
+    assert refused[0].message == (
+        "runs driver 580.159.04, newer than 580.126.20, which nvidia_driver_branch 580 resolves "
+        "to (the newest R580 release the matrix knows): the install would downgrade it"
+    )
+    assert "keep it with nvidia_driver_version: 580.159.04" in refused[0].fix
+
+
+def test_the_default_branch_never_steps_a_host_back_either(tmp_path, monkeypatch):
+    inv = write_inventory(tmp_path, {"g1": UNPINNED})  # the matrix's default: 595.45.04
+    fleet(monkeypatch, installed="595.80", loaded="595.80")  # the L40S capture's release
+    _, refused = preflight(inv)
+    assert [(r.host, r.rule) for r in refused] == [("g1", "driver-downgrade")]
+    assert "which the default branch (no nvidia_driver_version" in refused[0].message
+
+
+@pytest.mark.parametrize(
+    ("host", "extra"),
+    [
+        ({"gpu_model": "H100", "nvidia_driver_version": "580.126.20"}, ()),  # an exact version
+        (BRANCH_580, ("nvidia_driver_version=580.126.20",)),  # an exact wish with -e
+    ],
+)
+def test_an_exact_older_version_is_no_downgrade_refusal(tmp_path, monkeypatch, host, extra):
+    inv = write_inventory(tmp_path, {"g1": host})
+    fleet(monkeypatch, installed="580.159.04", loaded="580.159.04")
+    _, refused = preflight(inv, *extra)
+    assert [r.rule for r in refused] == ["live-driver-change"]  # a live change, as any other
+    assert preflight(inv, *extra, out_of_service=True)[1] == []
+
+
+def test_up_with_a_branch_older_than_the_host_exits_2_having_only_read(tmp_path, monkeypatch):
+    inv = write_inventory(tmp_path, {"g1": BRANCH_580})
+    f = fleet(monkeypatch, installed="580.159.04", loaded="580.159.04")
+    result = CliRunner().invoke(cli, ["up", "-i", str(inv), "--out-of-service"])
+    assert result.exit_code == 2, result.output
+    assert "[driver-downgrade]" in result.output
+    assert f.commands("g1") == [driver_record.READ_COMMAND]
+
+
 # ---- the upgrade-driver record ------------------------------------------------------------------
 
 

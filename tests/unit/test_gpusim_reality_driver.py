@@ -36,6 +36,17 @@ def test_the_proprietary_module_version_line_is_the_captured_one(tmp_path, debs,
     assert shape(sim) == shape(real)
 
 
+def test_the_captured_r580_release_prints_its_captured_line_exactly(tmp_path, debs) -> None:
+    """580.159.04, the release of the capture's second line, is one the simulator carries: its
+    module prints that very line, version and build date."""
+    real = capture_text("driver-misc/proc-driver-nvidia-version.txt").splitlines()[1]
+    pkgs = ("libnvidia-ml1_580.159.04", "nvidia-kernel-dkms_580.159.04")
+    root = sim_host(tmp_path / "root", debs, pkgs, "V100", 1)
+    assert run(root, ["/usr/libexec/gpusim/nvidia-module-load"]).returncode == 0
+    sim = (root / "run/gpusim/proc-driver/nvidia/version").read_text().splitlines()[0]
+    assert sim == real
+
+
 def test_a_library_newer_than_the_module_fails_as_captured(tmp_path: Path, debs) -> None:
     real = capture_text("driver-misc/nvidia-smi-mismatch.txt")
     old = ("libnvidia-ml1_580.65.06", "libcuda1_580.65.06", "nvidia-smi_580.65.06",

@@ -348,6 +348,42 @@ def test_a_host_without_room_for_the_install_is_refused_before_anything_is_touch
     assert not state_dir.exists() or list(state_dir.iterdir()) == []  # no run recorded
 
 
+def test_a_branch_target_older_than_a_hosts_release_of_that_branch_is_refused_not_a_downgrade(
+    tmp_path, monkeypatch, state_dir
+):
+    # NVIDIA ships R580 releases past the matrix's newest (580.159.04 is in the real captures):
+    # --to 580 must not move such a host back, reboot and all
+    inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}, "g2": {"gpu_model": "H100"}})
+    facts = {"g1": gpu_facts("g1", installed="580.159.04", loaded="580.159.04"),
+             "g2": gpu_facts("g2")}  # fmt: skip
+    FakeFleet(facts=facts).install(monkeypatch)
+    for mode in ("--check", "--drain=none"):
+        result = upgrade(inv, "--to", "580", mode)
+        assert result.exit_code == 2, result.output
+        said = " ".join(result.output.split())
+        assert (
+            "REFUSED g1: runs driver 580.159.04, newer than 580.126.20, the newest R580 release "
+            "the matrix knows: --to 580 would downgrade it; give the release the hosts are to "
+            "run (--to 580.159.04 or newer"
+        ) in said
+        assert "[driver-downgrade]" in said and "REFUSED g2" not in said
+    assert not state_dir.exists() or list(state_dir.iterdir()) == []  # no run recorded
+
+
+def test_an_explicit_older_version_is_a_downgrade_said_not_refused(
+    tmp_path, monkeypatch, state_dir
+):
+    inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}})
+    facts = {"g1": gpu_facts("g1", installed="580.159.04", loaded="580.159.04")}
+    FakeFleet(facts=facts).install(monkeypatch)
+    result = upgrade(inv, "--to", "580.126.20", "--check")
+    assert result.exit_code == 0, result.output
+    assert "NOTE g1: driver 580.159.04 -> 580.126.20 is a downgrade, as --to 580.126.20 asks" in (
+        result.output
+    )
+    assert "REFUSED" not in result.output
+
+
 def test_check_mode_notes_a_driver_the_hosts_lists_lack_and_refreshes_nothing(
     tmp_path, monkeypatch, state_dir
 ):

@@ -56,6 +56,11 @@ DRIVERS: tuple[DriverRelease, ...] = (
     DriverRelease("570.133.20", "12.8", "Fri Apr 11 20:33:58 UTC 2025"),
     DriverRelease("580.65.06", "13.0", "Sun Jul 27 06:54:38 UTC 2025"),
     DriverRelease("580.126.20", "13.0", "Thu Jan 15 09:01:11 UTC 2026"),
+    # a real R580 release past the matrix's newest (deployer/data/compat.yml), as the real line
+    # of gpu_reality_fixtures/driver-misc/proc-driver-nvidia-version.txt prints it: the lab's
+    # host already ahead of what a branch resolves to (driver-downgrade). Its "CUDA Version" is
+    # R580's, not read from a capture of it: docs/unverified.md#gpusim-r580-159
+    DriverRelease("580.159.04", "13.0", "Wed Apr 29 17:32:45 UTC 2026"),
     # the release of the H100/H200 captures (gpu_reality_fixtures/nvidia_gpu_exporter/*590.48.01*:
     # "CUDA Version : 13.1"), so the reality tests run the simulator at the captured version
     DriverRelease("590.48.01", "13.1", "Mon Dec  8 18:44:40 UTC 2025"),
