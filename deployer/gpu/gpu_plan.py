@@ -190,12 +190,12 @@ def install_room(
     here."""
     needs = min_free_mib(str(view.get("host", "")), variables)
     if not needs or facts.get("os_family") != "debian":
-        return {"needs": needs, "asked": False}
+        return {"needs": needs, "asked": False, "hint": ROOM_HINT}
     installed = facts.get("packages") or {}
     pinned = [(view[c]["names"], view[c]["deb_version"]) for c in ("driver", "fabricmanager")]
     behind = any(installed.get(n) != version for names, version in pinned for n in names)
     asked = behind or bool(view["kernel_headers"]) or bool(view["driver_switch"]["needed"])
-    return {"needs": needs, "asked": asked}
+    return {"needs": needs, "asked": asked, "hint": ROOM_HINT}
 
 
 def dcgm_stale_variants(resolved: rules.ResolvedPlan, facts: Mapping[str, Any]) -> list[str]:
@@ -285,6 +285,11 @@ def _resolve(host: str, variables: Mapping[str, Any], names: list[str] | None):
 _CHOICES = {"nvidia_driver_reboot": ("never", "if_required")}
 _BOOLEANS = ("nvidia_driver_reboot_force", "nvidia_persistenced_persistence_mode", HEADERS_VAR)
 FREE_SPACE_VAR = "nvidia_driver_min_free_mib"
+# What to do about too little room, said by the role's check and the rollout's preflight alike
+ROOM_HINT = (
+    "free space there (apt-get clean empties /var/cache/apt/archives; old kernels fill /boot), "
+    f"or set {FREE_SPACE_VAR} for the host where its install needs less"
+)
 
 
 def min_free_mib(host: str, variables: Mapping[str, Any]) -> dict[str, int]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from deployer.gpu.gpu_plan import FREE_SPACE_VAR
+from deployer.gpu.gpu_plan import ROOM_HINT
 from deployer.gpu.rules import Refusal
 from deployer.modules import disk_space
 
@@ -47,7 +47,5 @@ def refusal(host: str, short: list[str]) -> Refusal:
         host,
         RULE,
         "too little free space for the driver's install: " + "; ".join(short),
-        "free space there (apt-get clean empties /var/cache/apt/archives; old kernels fill "
-        f"/boot), or set {FREE_SPACE_VAR} for the host where its install needs less; nothing "
-        "was drained, silenced or stopped",
+        f"{ROOM_HINT}; nothing was drained, silenced or stopped",
     )
