@@ -45,7 +45,7 @@ from deployer.gpu.gpu_plan import HEADERS_COMPONENT, HEADERS_VAR
 from deployer.gpu.rules import PackagePin, Refusal
 from deployer.modules import disk_space
 from deployer.modules.package import STAMP_COMMAND, update_command
-from deployer.rollout import free_space
+from deployer.rollout import boot_kernel, free_space
 from deployer.rollout.hostops import output_tail
 
 RULE = "package-unavailable"
@@ -81,9 +81,10 @@ class Offer:
         return [v for v, from_source in self.versions.items() if from_source]
 
 
-def policy_script(pins: Iterable[PackagePin], space: Iterable[str] = ()) -> str:
+def policy_script(pins: Iterable[PackagePin], space: Iterable[str] = (), boot: bool = False) -> str:
     """Read-only shell: whether the NVIDIA source is configured, the free space of the paths
-    ``space`` (``free_space.script``), what ``dpkg --audit`` finds (packages dpkg left
+    ``space`` (``free_space.script``), with ``boot`` the boot loader's default kernel
+    (``boot_kernel.script``), what ``dpkg --audit`` finds (packages dpkg left
     half-installed, which make every apt install fail until finished), then ``apt-cache policy``
     of the pins' packages, in the C locale. Its first line, a comment, names what the plan
     installs (``name=version``), for whoever reads the command in a log."""
@@ -96,6 +97,7 @@ def policy_script(pins: Iterable[PackagePin], space: Iterable[str] = ()) -> str:
         f"if [ -e {src}.sources ] || [ -e {src}.list ]; then echo '{SOURCE_MARK} yes'; "
         f"else echo '{SOURCE_MARK} no'; fi\n"
         f"{free_space.script(space)}"
+        f"{boot_kernel.script() if boot else ''}"
         f"echo '{AUDIT_MARK}'; LC_ALL=C dpkg --audit 2>&1\n"
         f"echo '{POLICY_MARK}'; LC_ALL=C apt-cache policy -- {quoted}\n"
     )
@@ -115,6 +117,7 @@ class Answer:
     audit: tuple[str, ...]
     offers: dict[str, Offer]
     rooms: dict[str, disk_space.Room] = field(default_factory=dict)
+    boot: boot_kernel.BootLoader | None = None  # None: not asked
 
 
 def parse_answer(text: str) -> Answer:
@@ -123,12 +126,15 @@ def parse_answer(text: str) -> Answer:
     audit: list[str] = []
     policy: list[str] = []
     space: list[str] = []
+    boot: list[str] | None = None
     into: list[str] | None = None
     for line in text.splitlines():
         if line.startswith(SOURCE_MARK):
             configured = line[len(SOURCE_MARK) :].strip() == "yes"
         elif line == free_space.MARK:
             into = space
+        elif line == boot_kernel.MARK:
+            into = boot = []
         elif line == AUDIT_MARK:
             into = audit
         elif line == POLICY_MARK:
@@ -140,6 +146,7 @@ def parse_answer(text: str) -> Answer:
         tuple(ln for ln in audit if ln.strip()),
         parse_policy("\n".join(policy)),
         disk_space.parse(space),
+        None if boot is None else boot_kernel.parse(boot),
     )
 
 
@@ -214,15 +221,20 @@ def check(
     refresh: bool,
     forks: int = DEFAULT_FORKS,
     space: Mapping[str, Mapping[str, int]] | None = None,
+    kernels: Mapping[str, tuple[str | None, str | None]] | None = None,
 ) -> Verdict:
     """Each host of ``wanted`` (host -> the packages its plan installs; Debian family) asked what
-    its sources offer (and what dpkg left half-installed, and the free space of the paths of
-    ``space``: host -> path -> MiB its install needs there)."""
+    its sources offer (and what dpkg left half-installed, the free space of the paths of
+    ``space``: host -> path -> MiB its install needs there, and for the hosts of ``kernels``,
+    host -> its running and newest kernel, which kernel its reboot boots)."""
     space = space or {}
+    kernels = kernels or {}
 
     def one(host: str) -> tuple[str, Refusal | None, str | None]:
         try:
-            refusal, note = _judge(run, host, wanted[host], refresh, space.get(host) or {})
+            refusal, note = _judge(
+                run, host, wanted[host], refresh, space.get(host) or {}, kernels.get(host)
+            )
         except HostUnreachable as exc:
             why = f"what its package sources offer could not be read: {exc}"
             return (
@@ -250,16 +262,33 @@ class _Unread(RuntimeError):
 
 
 def _judge(
-    run: Run, host: str, pins: tuple[PackagePin, ...], refresh: bool, needs: Mapping[str, int]
+    run: Run,
+    host: str,
+    pins: tuple[PackagePin, ...],
+    refresh: bool,
+    needs: Mapping[str, int],
+    kernels: tuple[str | None, str | None] | None = None,
 ) -> tuple[Refusal | None, str | None]:
     """(the host's refusal, a note) from its answers: refreshed once where its lists lack a
     package and ``refresh``."""
-    answer = _read(run, host, pins, needs)
+    answer = _read(run, host, pins, needs, boot=kernels is not None)
     if answer.audit:
         return _unfinished(host, answer.audit), None
     short = disk_space.shortfalls(needs, answer.rooms)
     if short:
         return free_space.refusal(host, short), None
+    boot_note = None
+    if kernels is not None and answer.boot is not None:
+        refusal, boot_note = boot_kernel.judge(host, answer.boot, *kernels)
+        if refusal is not None:
+            return refusal, None
+    refusal, note = _judge_packages(run, host, pins, refresh, answer)
+    return refusal, "; ".join(n for n in (boot_note, note) if n) or None
+
+
+def _judge_packages(
+    run: Run, host: str, pins: tuple[PackagePin, ...], refresh: bool, answer: Answer
+) -> tuple[Refusal | None, str | None]:
     if answer.configured is False:
         return None, (
             f"its NVIDIA repository ({_SOURCES_DIR}/{NVIDIA_SOURCE}.*) is not configured yet: "
@@ -282,8 +311,14 @@ def _judge(
     return (_refusal(host, lacking, "after apt-get update") if lacking else None), None
 
 
-def _read(run: Run, host: str, pins: tuple[PackagePin, ...], space: Iterable[str] = ()) -> Answer:
-    result = run(host, policy_script(pins, space), POLICY_TIMEOUT_S)
+def _read(
+    run: Run,
+    host: str,
+    pins: tuple[PackagePin, ...],
+    space: Iterable[str] = (),
+    boot: bool = False,
+) -> Answer:
+    result = run(host, policy_script(pins, space, boot), POLICY_TIMEOUT_S)
     if result.rc != 0:
         raise _Unread(f"apt-cache policy failed (exit {result.rc}): {output_tail(result)}")
     answer = parse_answer(result.stdout)

@@ -272,8 +272,9 @@ def _packages_offered(
 ) -> bool:
     """Whether every host the run installs on can install its plan: every package offered by
     its sources, nothing dpkg left half-installed (deployer/rollout/availability.py), room for
-    it on its filesystems (``nvidia_driver_min_free_mib``: deployer/rollout/free_space.py); the
-    refusals printed when not. Hosts a resumed run ``finished`` are not asked."""
+    it on its filesystems (``nvidia_driver_min_free_mib``: deployer/rollout/free_space.py), a
+    boot loader that starts a kernel DKMS builds its module for (boot_kernel.py); the refusals
+    printed when not. Hosts a resumed run ``finished`` are not asked."""
     wanted = {
         h: t.resolved.install + _headers(t)
         for h, t in pre.hosts.items()
@@ -287,6 +288,7 @@ def _packages_offered(
         lambda host, command, timeout: pool.get(host).run(command, timeout=timeout),
         refresh=not check,
         space={h: gpu_plan.min_free_mib(h, pre.hosts[h].variables) for h in wanted},
+        kernels={h: (pre.hosts[h].facts.kernel, pre.hosts[h].facts.newest_kernel) for h in wanted},
     )
     for host, note in sorted(verdict.notes.items()):
         print(f"NOTE {host}: {note}", file=err)

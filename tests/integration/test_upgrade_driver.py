@@ -366,6 +366,37 @@ def test_a_host_whose_boot_filesystem_is_too_small_for_the_install_is_refused_be
         sh(ulab, "gpu02", "umount /boot")
 
 
+def test_a_host_whose_boot_loader_starts_another_installed_kernel_is_refused_before_anything(
+    ulab, baseline, state_env
+):
+    """gpu02's GRUB pinned (GRUB_DEFAULT=saved, grub-set-default's saved_entry, as Debian's
+    10_linux names entries) to an older installed kernel: DKMS builds the new driver's module for
+    the running and the newest kernel only, so the rollout's reboot would bring the host back
+    without its driver. The run is refused naming the kernel and the setting, nothing touched."""
+    kernel = sh(ulab, "gpu02", "uname -r").strip()
+    version, dash, rest = kernel.partition("-")
+    parts = version.split(".")
+    parts[-1] = str(max(0, int(re.match(r"\d*", parts[-1]).group() or 1) - 1))  # 6.18.44 -> .43
+    older = ".".join(parts) + dash + rest
+    device = "8c2f3a1e-5b4d-4c3e-9f1a-2b3c4d5e6f70"
+    entry = f"gnulinux-advanced-{device}>gnulinux-{older}-advanced-{device}"
+    made = "/etc/default/grub /boot/grub/grubenv /boot/vmlinuz-" + older
+    assert sh(ulab, "gpu02", f"ls {made} 2>/dev/null || true").strip() == ""  # ours to remove
+    sh(ulab, "gpu02", "mkdir -p /boot/grub && echo GRUB_DEFAULT=saved > /etc/default/grub && "
+       f"printf '# GRUB Environment Block\\nsaved_entry={entry}\\n' > /boot/grub/grubenv && "
+       f"touch /boot/vmlinuz-{older}")  # fmt: skip
+    try:
+        said = " ".join(gpu02_refused(ulab, baseline, state_env).split())
+        assert (
+            f"REFUSED gpu02: its reboot boots kernel {older} (GRUB_DEFAULT=saved, saved_entry "
+            f"'{entry}'), which DKMS builds no NVIDIA module for (it builds for {kernel}): the "
+            "host would come back without its driver"
+        ) in said
+        assert "[boot-kernel]" in said
+    finally:
+        sh(ulab, "gpu02", f"rm -f {made}")
+
+
 def test_up_installing_a_driver_on_a_host_without_room_fails_it_before_anything_is_installed(
     ulab, baseline
 ):
