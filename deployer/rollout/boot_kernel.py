@@ -38,7 +38,8 @@ from deployer.gpu.rules import Refusal
 
 RULE = "boot-kernel"
 MARK = "@@ boot loader"
-_ID = re.compile(r"^gnulinux-(?P<release>.+?)-(?:advanced|recovery|init-[A-Za-z0-9_]+)-[^-]+.*$")
+# gnulinux-<release>-<type>-<boot device id>; the id is empty where grub-probe found none
+_ID = re.compile(r"^gnulinux-(?P<release>.+?)-(?:advanced|recovery|init-[A-Za-z0-9_]+)(?:-.*)?$")
 _TITLE = re.compile(r", with Linux (?P<release>\S+?)(?: \(.*\))?$")
 
 

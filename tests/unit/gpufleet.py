@@ -21,7 +21,7 @@ from deployer.connection import CommandResult, ScriptedConnection
 from deployer.errors import FactsUnread, HostKeyRefused
 from deployer.facts import GPU, HostFacts
 from deployer.gpu import driver_record
-from deployer.rollout import availability, free_space
+from deployer.rollout import availability, boot_kernel, free_space
 from deployer.session import DeploySession
 
 MODEL_NAMES = {
@@ -73,9 +73,11 @@ def gpu_facts(
 class FleetConnection(ScriptedConnection):
     """A host of the fleet: scripted answers first; then, asked what its package sources offer,
     every package of the plan at the version the plan installs (its NVIDIA source configured),
-    and, asked for free space (deployer/rollout/free_space.py), ``df``'s lines of ``free``."""
+    and, asked for free space (deployer/rollout/free_space.py), ``df``'s lines of ``free``, asked
+    for its boot loader (deployer/rollout/boot_kernel.py), the lines of ``boot``."""
 
     free: list[str] = field(default_factory=list)
+    boot: list[str] = field(default_factory=list)
 
     def run(
         self, command: str, *, stdin: bytes | None = None, timeout: float | None = None
@@ -83,23 +85,28 @@ class FleetConnection(ScriptedConnection):
         if availability.PLAN_COMMENT in command and not any(n in command for n, _ in self.rules):
             self.commands.append(command)
             self.stdins.append(stdin)
-            return CommandResult(command, 0, offering(command, self.free), "")
+            return CommandResult(command, 0, offering(command, self.free, self.boot), "")
         return super().run(command, stdin=stdin, timeout=timeout)
 
 
-def offering(command: str, free: Sequence[str] = ()) -> str:
+def offering(command: str, free: Sequence[str] = (), boot: Sequence[str] = ()) -> str:
     """The answer of a host whose sources offer what the plan of ``command``
-    (``availability.policy_script``) installs, and whose ``df`` prints ``free``."""
+    (``availability.policy_script``) installs, whose ``df`` prints ``free`` and whose boot loader
+    reads as ``boot``."""
     first = command.splitlines()[0]
     offered = {}
     for spec in first[len(availability.PLAN_COMMENT) :].split():
         name, _, version = spec.partition("=")
         offered[name] = (None, [version or "1.0-1"])
-    return policy_answer(offered, free if free_space.MARK in command else ())
+    asked_boot = boot_kernel.MARK in command
+    return policy_answer(offered, free if free_space.MARK in command else (), asked_boot, boot)
 
 
 def policy_answer(
-    packages: dict[str, tuple[str | None, list[str]]], free: Sequence[str] = ()
+    packages: dict[str, tuple[str | None, list[str]]],
+    free: Sequence[str] = (),
+    asked_boot: bool = False,
+    boot: Sequence[str] = (),
 ) -> str:
     """``availability.policy_script``'s output on a host with its NVIDIA source and nothing for
     ``dpkg --audit``, its ``apt-cache policy`` (apt 2.6's layout) of ``packages``: name ->
@@ -107,6 +114,8 @@ def policy_answer(
     out = [f"{availability.SOURCE_MARK} yes"]
     if free:
         out += [free_space.MARK, "File        Avail Mounted on", *free]
+    if asked_boot:
+        out += [boot_kernel.MARK, *boot]
     out += [availability.AUDIT_MARK, availability.POLICY_MARK]
     for name, (installed, versions) in packages.items():
         out += [

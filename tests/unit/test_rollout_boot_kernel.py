@@ -89,6 +89,8 @@ def test_a_boot_into_a_kernel_dkms_builds_for_is_no_refusal(boot):
         (booting("saved", f"{SUBMENU}>{older_id()}"),
          f"GRUB_DEFAULT=saved, saved_entry '{SUBMENU}>{older_id()}'"),
         (booting("saved", older_id("recovery")), f"saved_entry '{older_id('recovery')}'"),
+        (booting("saved", f"gnulinux-{OLDER}-init-sysvinit-{DEVICE}"), "saved_entry"),
+        (booting("saved", f"gnulinux-{OLDER}-advanced-"), "saved_entry"),  # no device id
         # grub-reboot: the next boot only, whatever the default (00_header tests it first)
         (booting("saved", None, older_id()), f"next_entry '{older_id()}', set by grub-reboot"),
         (booting("0", None, older_id()), f"next_entry '{older_id()}', set by grub-reboot"),

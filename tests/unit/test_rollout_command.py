@@ -384,6 +384,31 @@ def test_an_explicit_older_version_is_a_downgrade_said_not_refused(
     assert "REFUSED" not in result.output
 
 
+def test_a_host_whose_boot_loader_starts_a_kernel_without_the_module_is_refused(
+    tmp_path, monkeypatch, state_dir
+):
+    # DKMS builds the new module for the running and the newest kernel: GRUB pinned to an older
+    # one brings the host back from the rollout's reboot without its driver
+    inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}, "g2": {"gpu_model": "H100"}})
+    fleet = FakeFleet(facts={h: gpu_facts(h) for h in ("g1", "g2")})  # running 6.1.0-28-amd64
+    older = "gnulinux-6.1.0-25-amd64-advanced-8c2f"
+    images = ["image=6.1.0-25-amd64", "image=6.1.0-28-amd64"]
+    fleet.connection("g1").boot = ["default=saved", f"saved_entry={older}", *images]
+    fleet.connection("g2").boot = ["default=0", *images]
+    fleet.install(monkeypatch)
+    for mode in ("--check", "--drain=none"):
+        result = upgrade(inv, "--to", "580", mode)
+        assert result.exit_code == 2, result.output
+        said = " ".join(result.output.split())
+        assert (
+            f"REFUSED g1: its reboot boots kernel 6.1.0-25-amd64 (GRUB_DEFAULT=saved, saved_entry "
+            f"'{older}'), which DKMS builds no NVIDIA module for (it builds for 6.1.0-28-amd64)"
+        ) in said
+        assert "[boot-kernel]" in said and "REFUSED g2" not in said
+    assert not any("apt-get" in c for c in fleet.commands("g1"))  # nothing else asked
+    assert not state_dir.exists() or list(state_dir.iterdir()) == []  # no run recorded
+
+
 def test_check_mode_notes_a_driver_the_hosts_lists_lack_and_refreshes_nothing(
     tmp_path, monkeypatch, state_dir
 ):
