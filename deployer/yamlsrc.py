@@ -292,6 +292,8 @@ def _build_from_lines(text: str, source: str) -> Any:
         known = plain.get(text, no_key)
         return resolve(text) if known is no_key else known
 
+    new_mapping = dict.__new__
+
     def mapping(line: int) -> Any:
         """A new mapping that starts on ``line``."""
         made = new_mapping(SourceDict)
@@ -300,7 +302,6 @@ def _build_from_lines(text: str, source: str) -> Any:
 
     match = _LINE.fullmatch
     flow_items = _FLOW_ITEMS.findall
-    new_mapping = dict.__new__
     root: Any = None
     # The open block mappings, innermost last, and the indentation of each one's keys.
     indents: list[int] = []
