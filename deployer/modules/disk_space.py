@@ -98,11 +98,10 @@ class DiskSpace(Module):
                 raise ArgError("needs", f"{path}: {mib!r} is not a whole number of MiB")
 
     def read_script(self, args: dict[str, Any]) -> str:
-        return df_command(p for p, mib in args["needs"].items() if mib) or "true"
+        return df_command(_asked(args)) or "true"
 
     def parse(self, args: dict[str, Any], result: CommandResult) -> dict[str, Any]:
-        needs = {p: mib for p, mib in args["needs"].items() if mib}
-        return {"short": shortfalls(needs, parse(result.stdout.splitlines()))}
+        return {"short": shortfalls(_asked(args), parse(result.stdout.splitlines()))}
 
     def desired(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"short": []}
@@ -113,3 +112,8 @@ class DiskSpace(Module):
 
     def write(self, session: HostSession, args: dict[str, Any], obs: Observation) -> None:
         raise RuntimeError("a free-space check has no write side")
+
+
+def _asked(args: dict[str, Any]) -> dict[str, int]:
+    """``needs`` without the paths at 0 (not asked)."""
+    return {path: mib for path, mib in args["needs"].items() if mib}

@@ -15,10 +15,9 @@ subshell, as ``grub-mkconfig`` sources them: the default its last run wrote into
 ``grub.cfg``, assuming ``update-grub`` ran since the file changed), and ``/boot/grub/grubenv``'s
 ``next_entry`` (``grub-reboot``'s one boot, which wins over any default) and, with ``saved``,
 its ``saved_entry`` (grub-common 2.06 ``/etc/grub.d/00_header``); and the installed kernel
-images. An entry
-that names a kernel (Debian's ids ``gnulinux-<release>-advanced-<device>``, or a title ``...,
-with Linux <release>``, after the submenu's ``...>``) that is installed and is neither the
-running nor the newest kernel refuses the host (rule ``boot-kernel``, exit 2, nothing drained,
+images. An entry that names a kernel (Debian's ids ``gnulinux-<release>-advanced-<device>``, or
+a title ``..., with Linux <release>``, after the submenu's ``...>``) that is installed and is
+neither the running nor the newest kernel refuses the host (rule ``boot-kernel``, exit 2, nothing drained,
 silenced or stopped; also in ``--check``). The first entry (``0``, ``gnulinux-simple-...``:
 the newest kernel GRUB lists) needs nothing; an entry by number inside a submenu (``1>2``) or
 one of another shape cannot be told without ``grub.cfg`` and is a note. No GRUB configuration

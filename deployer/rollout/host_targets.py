@@ -188,9 +188,6 @@ def run_preflight(session: DeploySession, to: str) -> Preflight:
     return Preflight(target, session, hosts, refusals, not_read)
 
 
-DOWNGRADE_RULE = "driver-downgrade"
-
-
 def newer_than_target(target: version_plan.DriverTarget, t: HostTarget) -> str | None:
     """The host's driver (installed, else loaded) when it is a newer release of the target's
     branch than the target: moving it there is a downgrade (``version_plan.passed``)."""
@@ -214,7 +211,7 @@ def downgrades(
             out.append(
                 rules.Refusal(
                     h,
-                    DOWNGRADE_RULE,
+                    gpu_preflight.DOWNGRADE_RULE,
                     f"runs driver {running}, newer than {target.version}, the newest "
                     f"R{target.branch} release the matrix knows: --to {target.requested} would "
                     "downgrade it",
