@@ -191,11 +191,33 @@ def install_room(
     needs = min_free_mib(str(view.get("host", "")), variables)
     if not needs or facts.get("os_family") != "debian":
         return {"needs": needs, "asked": False, "hint": ROOM_HINT}
+    asked = driver_changes(view, facts) or bool(view["kernel_headers"])
+    return {"needs": needs, "asked": asked, "hint": ROOM_HINT}
+
+
+def driver_changes(view: Mapping[str, Any], facts: Mapping[str, Any]) -> bool:
+    """Whether facts show the driver's packages to change: a driver or Fabric Manager package
+    not at the planned version, or another branch's packages to replace (Debian family; an RPM
+    host's versions are not compared here)."""
+    if facts.get("os_family") != "debian":
+        return False
     installed = facts.get("packages") or {}
     pinned = [(view[c]["names"], view[c]["deb_version"]) for c in ("driver", "fabricmanager")]
     behind = any(installed.get(n) != version for names, version in pinned for n in names)
-    asked = behind or bool(view["kernel_headers"]) or bool(view["driver_switch"]["needed"])
-    return {"needs": needs, "asked": asked, "hint": ROOM_HINT}
+    return behind or bool(view["driver_switch"]["needed"])
+
+
+def boot_check(view: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The nvidia_driver role's boot loader check (module boot_loader): ``asked`` where the
+    driver's packages change on a host whose running kernel facts know, since the new packages
+    take the old module from every kernel and Debian's dkms builds the new one for the running
+    and the newest installed kernel only; ``running`` and ``newest`` are those two."""
+    running = str(facts.get("kernel") or "")
+    return {
+        "asked": bool(running) and driver_changes(view, facts),
+        "running": running,
+        "newest": str(facts.get("newest_kernel") or ""),
+    }
 
 
 def dcgm_stale_variants(resolved: rules.ResolvedPlan, facts: Mapping[str, Any]) -> list[str]:
@@ -258,6 +280,7 @@ def _view(
     out["driver_switch"] = driver_switch(resolved, facts)
     out["kernel_headers"] = list(kernel_headers_packages(facts, variables)) or None
     out["disk_space"] = install_room(out, variables, facts)
+    out["boot_loader"] = boot_check(out, facts)
     out["dcgm_stale_variants"] = dcgm_stale_variants(resolved, facts)
     # The CSV holds only names this exporter version accepts; a host with a GPU in MIG mode also
     # collects the instances' utilization signal (deployer/dcgm_fields.py). Both are planned: MIG

@@ -4,6 +4,7 @@ from deployer.modules import (  # noqa: F401
     accounts,
     archive,
     assertion,
+    boot_loader,
     command,
     disk_space,
     driver_switch,

@@ -43,7 +43,7 @@ from deployer.errors import HostUnreachable
 from deployer.executor import DEFAULT_FORKS
 from deployer.gpu.gpu_plan import HEADERS_COMPONENT, HEADERS_VAR
 from deployer.gpu.rules import PackagePin, Refusal
-from deployer.modules import disk_space
+from deployer.modules import boot_loader, disk_space
 from deployer.modules.package import STAMP_COMMAND, update_command
 from deployer.rollout import boot_kernel, free_space
 from deployer.rollout.hostops import output_tail
@@ -84,7 +84,7 @@ class Offer:
 def policy_script(pins: Iterable[PackagePin], space: Iterable[str] = (), boot: bool = False) -> str:
     """Read-only shell: whether the NVIDIA source is configured, the free space of the paths
     ``space`` (``free_space.script``), with ``boot`` the boot loader's default kernel
-    (``boot_kernel.script``), what ``dpkg --audit`` finds (packages dpkg left
+    (``boot_loader.script``), what ``dpkg --audit`` finds (packages dpkg left
     half-installed, which make every apt install fail until finished), then ``apt-cache policy``
     of the pins' packages, in the C locale. Its first line, a comment, names what the plan
     installs (``name=version``), for whoever reads the command in a log."""
@@ -97,7 +97,7 @@ def policy_script(pins: Iterable[PackagePin], space: Iterable[str] = (), boot: b
         f"if [ -e {src}.sources ] || [ -e {src}.list ]; then echo '{SOURCE_MARK} yes'; "
         f"else echo '{SOURCE_MARK} no'; fi\n"
         f"{free_space.script(space)}"
-        f"{boot_kernel.script() if boot else ''}"
+        f"{boot_loader.script() if boot else ''}"
         f"echo '{AUDIT_MARK}'; LC_ALL=C dpkg --audit 2>&1\n"
         f"echo '{POLICY_MARK}'; LC_ALL=C apt-cache policy -- {quoted}\n"
     )
@@ -117,7 +117,7 @@ class Answer:
     audit: tuple[str, ...]
     offers: dict[str, Offer]
     rooms: dict[str, disk_space.Room] = field(default_factory=dict)
-    boot: boot_kernel.BootLoader | None = None  # None: not asked
+    boot: boot_loader.BootLoader | None = None  # None: not asked
 
 
 def parse_answer(text: str) -> Answer:
@@ -133,7 +133,7 @@ def parse_answer(text: str) -> Answer:
             configured = line[len(SOURCE_MARK) :].strip() == "yes"
         elif line == free_space.MARK:
             into = space
-        elif line == boot_kernel.MARK:
+        elif line == boot_loader.MARK:
             into = boot = []
         elif line == AUDIT_MARK:
             into = audit
@@ -146,7 +146,7 @@ def parse_answer(text: str) -> Answer:
         tuple(ln for ln in audit if ln.strip()),
         parse_policy("\n".join(policy)),
         disk_space.parse(space),
-        None if boot is None else boot_kernel.parse(boot),
+        None if boot is None else boot_loader.parse(boot),
     )
 
 

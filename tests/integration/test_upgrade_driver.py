@@ -372,7 +372,8 @@ def test_a_host_whose_boot_loader_starts_another_installed_kernel_is_refused_bef
     """gpu02's GRUB pinned (GRUB_DEFAULT=saved, grub-set-default's saved_entry, as Debian's
     10_linux names entries) to an older installed kernel: DKMS builds the new driver's module for
     the running and the newest kernel only, so the rollout's reboot would bring the host back
-    without its driver. The run is refused naming the kernel and the setting, nothing touched."""
+    without its driver. The run is refused naming the kernel and the setting, nothing touched;
+    so is ``up`` installing another driver there, its driver role failing before any package."""
     kernel = sh(ulab, "gpu02", "uname -r").strip()
     version, dash, rest = kernel.partition("-")
     parts = version.split(".")
@@ -393,8 +394,35 @@ def test_a_host_whose_boot_loader_starts_another_installed_kernel_is_refused_bef
             "host would come back without its driver"
         ) in said
         assert "[boot-kernel]" in said
+        # up installing another driver asks the same before anything (the role's boot_loader
+        # task): the packages would take the old module from every kernel, whoever reboots
+        before = host_state(ulab, "gpu02")
+        for check in ((), ("--check",)):
+            proc = gpumon(
+                "up", "-i", baseline, "--limit", "gpu02", "-e", "nvidia_driver_version=580.126.20",
+                "--out-of-service", "--output", "json", *check,
+            )  # fmt: skip
+            assert proc.returncode == 1, (check, proc.stderr[-3000:])
+            tasks = json.loads(proc.stdout)["hosts"]["gpu02"]["tasks"]
+            driver = [t for t in tasks if t["role"] == "nvidia_driver"]
+            assert [(t["task"], t["status"]) for t in driver] == [
+                ("room for driver 580.126.20's install (/var, /usr, /boot)", "ok"),
+                ("the reboot after driver 580.126.20's install starts a kernel its module is "
+                 "built for", "failed"),
+            ], check  # fmt: skip
+            said = " ".join(driver[1]["error"].split())
+            assert said == (
+                f"the host's reboot boots kernel {older} (GRUB_DEFAULT=saved, saved_entry "
+                f"'{entry}'), which DKMS builds no NVIDIA module for (it builds for {kernel}): "
+                "after driver 580.126.20's install it would come back without its driver; set "
+                "the boot loader's default to the running or newest kernel (grub-set-default, or "
+                "GRUB_DEFAULT and update-grub), or boot the host into that kernel first; nothing "
+                "was installed"
+            ), said
+            assert host_state(ulab, "gpu02") == before
     finally:
         sh(ulab, "gpu02", f"rm -f {made}")
+    assert loaded(ulab, "gpu02") == BASELINE
 
 
 def test_up_installing_a_driver_on_a_host_without_room_fails_it_before_anything_is_installed(

@@ -21,7 +21,8 @@ from deployer.connection import CommandResult, ScriptedConnection
 from deployer.errors import FactsUnread, HostKeyRefused
 from deployer.facts import GPU, HostFacts
 from deployer.gpu import driver_record
-from deployer.rollout import availability, boot_kernel, free_space
+from deployer.modules import boot_loader
+from deployer.rollout import availability, free_space
 from deployer.session import DeploySession
 
 MODEL_NAMES = {
@@ -74,7 +75,7 @@ class FleetConnection(ScriptedConnection):
     """A host of the fleet: scripted answers first; then, asked what its package sources offer,
     every package of the plan at the version the plan installs (its NVIDIA source configured),
     and, asked for free space (deployer/rollout/free_space.py), ``df``'s lines of ``free``, asked
-    for its boot loader (deployer/rollout/boot_kernel.py), the lines of ``boot``."""
+    for its boot loader (deployer/modules/boot_loader.py), the lines of ``boot``."""
 
     free: list[str] = field(default_factory=list)
     boot: list[str] = field(default_factory=list)
@@ -98,7 +99,7 @@ def offering(command: str, free: Sequence[str] = (), boot: Sequence[str] = ()) -
     for spec in first[len(availability.PLAN_COMMENT) :].split():
         name, _, version = spec.partition("=")
         offered[name] = (None, [version or "1.0-1"])
-    asked_boot = boot_kernel.MARK in command
+    asked_boot = boot_loader.MARK in command
     return policy_answer(offered, free if free_space.MARK in command else (), asked_boot, boot)
 
 
@@ -115,7 +116,7 @@ def policy_answer(
     if free:
         out += [free_space.MARK, "File        Avail Mounted on", *free]
     if asked_boot:
-        out += [boot_kernel.MARK, *boot]
+        out += [boot_loader.MARK, *boot]
     out += [availability.AUDIT_MARK, availability.POLICY_MARK]
     for name, (installed, versions) in packages.items():
         out += [

@@ -246,6 +246,40 @@ def test_no_room_is_asked_when_nvidia_driver_min_free_mib_asks_none():
     assert room.args["needs"] == {"/opt": 512}
 
 
+# The kernel the next boot starts, asked after the room: the new packages take the old module
+# from every kernel and Debian's dkms builds the new one for the running and the newest installed
+# kernel only (deployer/modules/boot_loader.py)
+BOOT = r"^the reboot after driver 595\.45\.04's install starts a kernel its module is built for$"
+RUNNING = {**DEBIAN, "kernel": "6.1.0-28-amd64", "kernel_headers": True}
+
+
+def test_a_host_whose_driver_changes_is_asked_which_kernel_its_reboot_starts_before_any_package():
+    tasks = planned(H100, {**RUNNING, **NEWER, "newest_kernel_headers": True})
+    boot = task(tasks, BOOT)
+    assert boot.module.name == "boot_loader"
+    assert boot.args["running"] == "6.1.0-28-amd64" and boot.args["newest"] == "6.1.0-31-amd64"
+    assert boot.args["purpose"] == "driver 595.45.04's install"
+    names = list(tasks)
+    assert names.index(boot.name) == 1  # after the room, before the repository and every package
+
+
+@pytest.mark.parametrize(
+    ("facts", "asked"),
+    [
+        ({**RUNNING, "packages": {**AT_PLAN, "nvidia-open": "580.126.20-1"}}, True),  # upgrade
+        ({**RUNNING, "packages": {**AT_PLAN, "cuda-drivers-580": "580.126.20-1"}}, True),  # switch
+        ({**RUNNING, "packages": AT_PLAN}, False),  # the planned driver is there: no module moves
+        ({**RUNNING, "kernel_headers": False, "packages": AT_PLAN}, False),  # headers only
+        ({**DEBIAN, "packages": {}}, False),  # the running kernel unknown: nothing to judge by
+        ({**ROCKY, "kernel": "5.14.0-427.el9.x86_64"}, False),  # Debian's dkms only
+    ],
+)
+def test_the_boot_loader_is_asked_only_where_the_drivers_packages_change(facts, asked):
+    tasks = planned(H100, facts)
+    assert (not absent(tasks, BOOT)) is asked
+    assert task(tasks, r"^driver 595\.45\.04 ")
+
+
 def test_nvidia_driver_kernel_headers_must_be_a_boolean():
     with pytest.raises(InputError) as exc:
         planned({**H100, "nvidia_driver_kernel_headers": "sometimes"}, NO_HEADERS)

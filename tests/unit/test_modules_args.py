@@ -26,6 +26,7 @@ OK_ARGS = {
     "reboot": {},
     "assert": {"that": "true"},
     "disk_space": {"needs": {"/boot": 128}},
+    "boot_loader": {"running": "6.1.0-28-amd64"},
     "nvidia_driver_switch": {"purge": ["cuda-drivers-535"]},
     "copy_by_mig_mode": {"dest": "/etc/x.csv", "content": "a", "mig_content": "b"},
 }
@@ -123,6 +124,10 @@ BAD = [
     ("disk_space", {"needs": {"/boot; reboot": 1}}, "needs"),
     ("disk_space", {"needs": {"/boot": -1}}, "needs"),
     ("disk_space", {"needs": {"/boot": "1G"}}, "needs"),
+    ("boot_loader", {}, "running"),
+    ("boot_loader", {"running": ""}, "running"),
+    ("boot_loader", {"running": "6.1.0-28-amd64; reboot"}, "running"),
+    ("boot_loader", {"running": "6.1.0-28-amd64", "newest": "$(reboot)"}, "newest"),
     ("reboot", {"reboot_timeout": 1}, "reboot_timeout"),
     ("reboot", {"reboot_timeout": True}, "reboot_timeout"),
 ]

@@ -8,8 +8,9 @@ import pytest
 
 from deployer.connection import CommandResult, LocalConnection
 from deployer.gpu.rules import PackagePin
+from deployer.modules import boot_loader
+from deployer.modules.boot_loader import BootLoader
 from deployer.rollout import availability, boot_kernel
-from deployer.rollout.boot_kernel import BootLoader
 
 RUNNING, NEWEST, OLDER = "6.1.0-28-amd64", "6.1.0-31-amd64", "6.1.0-25-amd64"
 IMAGES = (OLDER, RUNNING, NEWEST)
@@ -36,11 +37,11 @@ def write_root(root, default_file: str | None, grubenv: str | None, cfgs=()) -> 
 
 
 def read(root) -> BootLoader:
-    result = LocalConnection().run(boot_kernel.script(str(root)), timeout=30)
+    result = LocalConnection().run(boot_loader.script(str(root)), timeout=30)
     assert result.rc == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == boot_kernel.MARK
-    return boot_kernel.parse(lines[1:])
+    assert lines[0] == boot_loader.MARK
+    return boot_loader.parse(lines[1:])
 
 
 def test_the_script_reads_grub_default_as_grub_mkconfig_sources_it_and_the_environment_block(
@@ -135,8 +136,8 @@ class Host:
     def run(self, host: str, command: str, timeout: float) -> CommandResult:
         self.commands.append(command)
         out = [f"{availability.SOURCE_MARK} yes"]
-        if boot_kernel.MARK in command:
-            out += [boot_kernel.MARK, *self.boot]
+        if boot_loader.MARK in command:
+            out += [boot_loader.MARK, *self.boot]
         out += [availability.AUDIT_MARK, availability.POLICY_MARK, "nvidia-open:",
                 "  Installed: (none)", "  Candidate: 580.126.20-1", "  Version table:",
                 "     580.126.20-1 500",
@@ -168,4 +169,4 @@ def test_a_note_rides_with_the_verdict_and_a_host_not_asked_gets_no_boot_questio
     assert verdict.refusals == [] and "cannot be told" in verdict.notes["g1"]
     unasked = Host(PINNED)
     assert availability.check({"g1": (OPEN,)}, unasked.run, refresh=True).refusals == []
-    assert boot_kernel.MARK not in unasked.commands[0]
+    assert boot_loader.MARK not in unasked.commands[0]
