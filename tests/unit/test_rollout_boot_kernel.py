@@ -1,6 +1,8 @@
 """deployer/rollout/boot_kernel.py: a host whose boot loader starts a kernel DKMS builds no
 NVIDIA module for (neither the running nor the newest installed one) is refused before the
-rollout drains it; the entry formats are Debian's /etc/grub.d/10_linux (grub-common 2.06)."""
+rollout drains it; the entry formats are Debian's /etc/grub.d/10_linux (grub-common 2.06). The
+hosts here have no grub.cfg, so /etc/default/grub's GRUB_DEFAULT stands in (the reading of a
+grub.cfg: test_modules_boot_loader.py)."""
 
 from __future__ import annotations
 
@@ -118,8 +120,9 @@ def test_an_entry_by_number_inside_the_submenu_cannot_be_told_and_is_a_note():
     refusal, note = boot_kernel.judge("g1", booting("1>2"), RUNNING, "")
     assert refusal is None
     assert note == (
-        "which kernel its reboot boots cannot be told (GRUB_DEFAULT='1>2'): DKMS builds the "
-        f"driver's module for the running kernel {RUNNING} and the newest installed one only"
+        "which kernel its reboot boots cannot be told (GRUB_DEFAULT='1>2'; no /boot/grub/grub.cfg "
+        f"read): DKMS builds the driver's module for the running kernel {RUNNING} and the newest "
+        "installed one only"
     )
 
 
