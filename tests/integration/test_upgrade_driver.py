@@ -33,6 +33,7 @@ Set ``GPUMON_ROLLOUT_LAB=<name>`` to run against another lab that is already up 
 
 from __future__ import annotations
 
+import base64
 import calendar
 import fcntl
 import functools
@@ -53,6 +54,8 @@ from deployer.lab import Lab
 from deployer.rollout.state import OUT_OF_SERVICE
 from tests.integration import labtools
 from tests.integration.labtools import CLI, WebhookReceiver, alerting_vars, lab_named_by, run_cli
+
+GRUB_CFG = Path(__file__).parents[1] / "fixtures/grub/debian12-grub.cfg"
 
 pytestmark = pytest.mark.lab
 
@@ -370,7 +373,8 @@ def test_a_host_whose_boot_loader_starts_another_installed_kernel_is_refused_bef
     ulab, baseline, state_env
 ):
     """gpu02's GRUB pinned (GRUB_DEFAULT=saved, grub-set-default's saved_entry, as Debian's
-    10_linux names entries) to an older installed kernel: DKMS builds the new driver's module for
+    10_linux names entries, and its grub.cfg as grub-mkconfig writes it) to an older installed
+    kernel: DKMS builds the new driver's module for
     the running and the newest kernel only, so the rollout's reboot would bring the host back
     without its driver. The run is refused naming the kernel and the setting, nothing touched;
     so is ``up`` installing another driver there, its driver role failing before any package."""
@@ -381,10 +385,17 @@ def test_a_host_whose_boot_loader_starts_another_installed_kernel_is_refused_bef
     older = ".".join(parts) + dash + rest
     device = "8c2f3a1e-5b4d-4c3e-9f1a-2b3c4d5e6f70"
     entry = f"gnulinux-advanced-{device}>gnulinux-{older}-advanced-{device}"
-    made = "/etc/default/grub /boot/grub/grubenv /boot/vmlinuz-" + older
+    made = f"/etc/default/grub /boot/grub/grubenv /boot/grub/grub.cfg /boot/vmlinuz-{older}"
     assert sh(ulab, "gpu02", f"ls {made} 2>/dev/null || true").strip() == ""  # ours to remove
+    # grub.cfg as Debian 12's grub-mkconfig writes it (tests/fixtures/grub), its kernels the
+    # host's: the newest and running one, the older one, one older still
+    cfg = GRUB_CFG.read_text()
+    for generated, release in (("6.1.0-31-amd64", kernel), ("6.1.0-28-amd64", older),
+                               ("6.1.0-25-amd64", f"{older}-old")):  # fmt: skip
+        cfg = cfg.replace(generated, release)
     sh(ulab, "gpu02", "mkdir -p /boot/grub && echo GRUB_DEFAULT=saved > /etc/default/grub && "
        f"printf '# GRUB Environment Block\\nsaved_entry={entry}\\n' > /boot/grub/grubenv && "
+       f"echo {base64.b64encode(cfg.encode()).decode()} | base64 -d > /boot/grub/grub.cfg && "
        f"touch /boot/vmlinuz-{older}")  # fmt: skip
     try:
         said = " ".join(gpu02_refused(ulab, baseline, state_env).split())
