@@ -281,6 +281,8 @@ def _view(
     out["kernel_headers"] = list(kernel_headers_packages(facts, variables)) or None
     out["disk_space"] = install_room(out, variables, facts)
     out["boot_loader"] = boot_check(out, facts)
+    # Under Secure Boot, the module DKMS signs must be one the kernel loads (module_signing)
+    out["module_signing"] = {"asked": driver_changes(out, facts)}
     out["dcgm_stale_variants"] = dcgm_stale_variants(resolved, facts)
     # The CSV holds only names this exporter version accepts; a host with a GPU in MIG mode also
     # collects the instances' utilization signal (deployer/dcgm_fields.py). Both are planned: MIG

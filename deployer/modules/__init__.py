@@ -10,6 +10,7 @@ from deployer.modules import (  # noqa: F401
     driver_switch,
     files,
     mig_copy,
+    module_signing,
     package,
     reboot,
     repositories,

@@ -43,7 +43,7 @@ from deployer.errors import HostUnreachable
 from deployer.executor import DEFAULT_FORKS
 from deployer.gpu.gpu_plan import HEADERS_COMPONENT, HEADERS_VAR
 from deployer.gpu.rules import PackagePin, Refusal
-from deployer.modules import boot_loader, disk_space
+from deployer.modules import boot_loader, disk_space, module_signing
 from deployer.modules.package import STAMP_COMMAND, update_command
 from deployer.rollout import boot_kernel, free_space
 from deployer.rollout.hostops import output_tail
@@ -84,7 +84,8 @@ class Offer:
 def policy_script(pins: Iterable[PackagePin], space: Iterable[str] = (), boot: bool = False) -> str:
     """Read-only shell: whether the NVIDIA source is configured, the free space of the paths
     ``space`` (``free_space.script``), with ``boot`` the boot loader's default kernel
-    (``boot_loader.script``), what ``dpkg --audit`` finds (packages dpkg left
+    (``boot_loader.script``) and whether Secure Boot would reject the module DKMS signs
+    (``module_signing.script``), what ``dpkg --audit`` finds (packages dpkg left
     half-installed, which make every apt install fail until finished), then ``apt-cache policy``
     of the pins' packages, in the C locale. Its first line, a comment, names what the plan
     installs (``name=version``), for whoever reads the command in a log."""
@@ -97,7 +98,7 @@ def policy_script(pins: Iterable[PackagePin], space: Iterable[str] = (), boot: b
         f"if [ -e {src}.sources ] || [ -e {src}.list ]; then echo '{SOURCE_MARK} yes'; "
         f"else echo '{SOURCE_MARK} no'; fi\n"
         f"{free_space.script(space)}"
-        f"{boot_loader.script() if boot else ''}"
+        f"{boot_loader.script() + module_signing.script() if boot else ''}"
         f"echo '{AUDIT_MARK}'; LC_ALL=C dpkg --audit 2>&1\n"
         f"echo '{POLICY_MARK}'; LC_ALL=C apt-cache policy -- {quoted}\n"
     )
@@ -118,6 +119,7 @@ class Answer:
     offers: dict[str, Offer]
     rooms: dict[str, disk_space.Room] = field(default_factory=dict)
     boot: boot_loader.BootLoader | None = None  # None: not asked
+    signing: module_signing.Signing | None = None  # None: not asked
 
 
 def parse_answer(text: str) -> Answer:
@@ -127,6 +129,7 @@ def parse_answer(text: str) -> Answer:
     policy: list[str] = []
     space: list[str] = []
     boot: list[str] | None = None
+    signing: list[str] | None = None
     into: list[str] | None = None
     for line in text.splitlines():
         if line.startswith(SOURCE_MARK):
@@ -135,6 +138,8 @@ def parse_answer(text: str) -> Answer:
             into = space
         elif line == boot_loader.MARK:
             into = boot = []
+        elif line == module_signing.MARK:
+            into = signing = []
         elif line == AUDIT_MARK:
             into = audit
         elif line == POLICY_MARK:
@@ -147,6 +152,7 @@ def parse_answer(text: str) -> Answer:
         parse_policy("\n".join(policy)),
         disk_space.parse(space),
         None if boot is None else boot_loader.parse(boot),
+        None if signing is None else module_signing.parse(signing),
     )
 
 
@@ -277,13 +283,17 @@ def _judge(
     short = disk_space.shortfalls(needs, answer.rooms)
     if short:
         return free_space.refusal(host, short), None
-    boot_note = None
+    boot_note = signing_note = None
     if kernels is not None and answer.boot is not None:
         refusal, boot_note = boot_kernel.judge(host, answer.boot, *kernels)
         if refusal is not None:
             return refusal, None
+    if kernels is not None and answer.signing is not None:
+        refusal, signing_note = boot_kernel.judge_signing(host, answer.signing)
+        if refusal is not None:
+            return refusal, None
     refusal, note = _judge_packages(run, host, pins, refresh, answer)
-    return refusal, "; ".join(n for n in (boot_note, note) if n) or None
+    return refusal, "; ".join(n for n in (boot_note, signing_note, note) if n) or None
 
 
 def _judge_packages(

@@ -280,6 +280,36 @@ def test_the_boot_loader_is_asked_only_where_the_drivers_packages_change(facts, 
     assert task(tasks, r"^driver 595\.45\.04 ")
 
 
+SIGNING = (
+    r"^under Secure Boot, the module of driver 595\.45\.04 is signed by a key the kernel trusts$"
+)
+
+
+@pytest.mark.parametrize(
+    ("facts", "asked"),
+    [
+        ({**RUNNING, "packages": {**AT_PLAN, "nvidia-open": "580.126.20-1"}}, True),  # upgrade
+        ({**DEBIAN, "packages": {}}, True),  # a first install
+        ({**RUNNING, "packages": AT_PLAN}, False),  # the planned driver is there
+        ({**RUNNING, "kernel_headers": False, "packages": AT_PLAN}, False),  # headers only
+        ({**ROCKY, "kernel": "5.14.0-427.el9.x86_64"}, False),  # Debian's dkms only
+    ],
+)
+def test_module_signing_is_asked_after_the_boot_loader_where_the_drivers_packages_change(
+    facts, asked
+):
+    tasks = planned(H100, facts)
+    assert (not absent(tasks, SIGNING)) is asked
+    if asked:
+        names = list(tasks)
+        signing = task(tasks, SIGNING)
+        assert signing.module.name == "module_signing"
+        assert signing.args["purpose"] == "driver 595.45.04's install"
+        assert names.index(signing.name) < names.index(
+            task(tasks, "NVIDIA CUDA repository .apt").name
+        )
+
+
 def test_nvidia_driver_kernel_headers_must_be_a_boolean():
     with pytest.raises(InputError) as exc:
         planned({**H100, "nvidia_driver_kernel_headers": "sometimes"}, NO_HEADERS)

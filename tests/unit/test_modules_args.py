@@ -27,6 +27,7 @@ OK_ARGS = {
     "assert": {"that": "true"},
     "disk_space": {"needs": {"/boot": 128}},
     "boot_loader": {"running": "6.1.0-28-amd64"},
+    "module_signing": {},
     "nvidia_driver_switch": {"purge": ["cuda-drivers-535"]},
     "copy_by_mig_mode": {"dest": "/etc/x.csv", "content": "a", "mig_content": "b"},
 }
@@ -128,6 +129,7 @@ BAD = [
     ("boot_loader", {"running": ""}, "running"),
     ("boot_loader", {"running": "6.1.0-28-amd64; reboot"}, "running"),
     ("boot_loader", {"running": "6.1.0-28-amd64", "newest": "$(reboot)"}, "newest"),
+    ("module_signing", {"purpose": " "}, "purpose"),
     ("reboot", {"reboot_timeout": 1}, "reboot_timeout"),
     ("reboot", {"reboot_timeout": True}, "reboot_timeout"),
 ]
