@@ -21,7 +21,7 @@ from deployer.connection import CommandResult, ScriptedConnection
 from deployer.errors import FactsUnread, HostKeyRefused
 from deployer.facts import GPU, HostFacts
 from deployer.gpu import driver_record
-from deployer.modules import boot_loader
+from deployer.modules import boot_loader, module_signing
 from deployer.rollout import availability, free_space
 from deployer.session import DeploySession
 
@@ -75,10 +75,12 @@ class FleetConnection(ScriptedConnection):
     """A host of the fleet: scripted answers first; then, asked what its package sources offer,
     every package of the plan at the version the plan installs (its NVIDIA source configured),
     and, asked for free space (deployer/rollout/free_space.py), ``df``'s lines of ``free``, asked
-    for its boot loader (deployer/modules/boot_loader.py), the lines of ``boot``."""
+    for its boot loader (deployer/modules/boot_loader.py), the lines of ``boot``, and for its
+    module signing (deployer/modules/module_signing.py), those of ``signing``."""
 
     free: list[str] = field(default_factory=list)
     boot: list[str] = field(default_factory=list)
+    signing: list[str] = field(default_factory=list)
 
     def run(
         self, command: str, *, stdin: bytes | None = None, timeout: float | None = None
@@ -86,11 +88,17 @@ class FleetConnection(ScriptedConnection):
         if availability.PLAN_COMMENT in command and not any(n in command for n, _ in self.rules):
             self.commands.append(command)
             self.stdins.append(stdin)
-            return CommandResult(command, 0, offering(command, self.free, self.boot), "")
+            answer = offering(command, self.free, self.boot, self.signing)
+            return CommandResult(command, 0, answer, "")
         return super().run(command, stdin=stdin, timeout=timeout)
 
 
-def offering(command: str, free: Sequence[str] = (), boot: Sequence[str] = ()) -> str:
+def offering(
+    command: str,
+    free: Sequence[str] = (),
+    boot: Sequence[str] = (),
+    signing: Sequence[str] = (),
+) -> str:
     """The answer of a host whose sources offer what the plan of ``command``
     (``availability.policy_script``) installs, whose ``df`` prints ``free`` and whose boot loader
     reads as ``boot``."""
@@ -100,7 +108,11 @@ def offering(command: str, free: Sequence[str] = (), boot: Sequence[str] = ()) -
         name, _, version = spec.partition("=")
         offered[name] = (None, [version or "1.0-1"])
     asked_boot = boot_loader.MARK in command
-    return policy_answer(offered, free if free_space.MARK in command else (), asked_boot, boot)
+    answer = policy_answer(offered, free if free_space.MARK in command else (), asked_boot, boot)
+    if module_signing.MARK in command:  # its section after the boot loader's
+        head, audit, rest = answer.partition(availability.AUDIT_MARK)
+        answer = "\n".join([head.rstrip("\n"), module_signing.MARK, *signing, audit + rest])
+    return answer
 
 
 def policy_answer(

@@ -409,6 +409,37 @@ def test_a_host_whose_boot_loader_starts_a_kernel_without_the_module_is_refused(
     assert not state_dir.exists() or list(state_dir.iterdir()) == []  # no run recorded
 
 
+def test_a_secure_boot_host_whose_dkms_key_is_not_enrolled_is_refused(
+    tmp_path, monkeypatch, state_dir
+):
+    # under Secure Boot the kernel loads only modules signed by a key it trusts; DKMS signs the
+    # new one with its certificate, and one nobody enrolled means no driver after the reboot
+    inv = write_inventory(tmp_path, {f"g{i}": {"gpu_model": "H100"} for i in (1, 2, 3)})
+    fleet = FakeFleet(facts={h: gpu_facts(h) for h in ("g1", "g2", "g3")})
+    enforced = ["secure_boot=1", "setup_mode=0", "cert=/var/lib/dkms/mok.pub"]
+    fleet.connection("g1").signing = [*enforced, "test_key=/var/lib/dkms/mok.pub is not enrolled"]
+    fleet.connection("g2").signing = [
+        *enforced,
+        "test_key=/var/lib/dkms/mok.pub is already enrolled",
+    ]
+    fleet.connection("g3").signing = [*enforced, "test_key="]  # no mokutil: a note
+    fleet.install(monkeypatch)
+    for mode in ("--check", "--drain=none"):
+        result = upgrade(inv, "--to", "580", mode)
+        assert result.exit_code == 2, result.output
+        said = " ".join(result.output.split())
+        assert (
+            "REFUSED g1: it runs under Secure Boot and DKMS signs the driver's module with "
+            "/var/lib/dkms/mok.pub, which is not enrolled (mokutil --test-key): its kernel would "
+            "reject the new module at the rollout's reboot"
+        ) in said
+        assert "[module-signing]" in said and "mokutil --import /var/lib/dkms/mok.pub" in said
+        assert "REFUSED g2" not in said and "REFUSED g3" not in said
+        assert "cannot be told without mokutil" in said  # g3's note
+    assert not any("apt-get" in c for c in fleet.commands("g1"))  # nothing else asked
+    assert not state_dir.exists() or list(state_dir.iterdir()) == []  # no run recorded
+
+
 def test_check_mode_notes_a_driver_the_hosts_lists_lack_and_refreshes_nothing(
     tmp_path, monkeypatch, state_dir
 ):
