@@ -239,7 +239,9 @@ def _entry(line: str, submenu: bool) -> dict[str, Any] | None:
     for flag in ("$menuentry_id_option", "--id"):
         if flag in words[2:-1]:
             ident = words[words.index(flag, 2) + 1]
-    return {"title": words[1], "id": ident, "release": None,
+    # an entry without an id is known by its title (grub-core/commands/menuentry.c: ``menu_id =
+    # grub_strdup (id ? : menu_title)``)
+    return {"title": words[1], "id": ident or words[1], "release": None,
             "children": [] if submenu else None}  # fmt: skip
 
 
