@@ -274,6 +274,21 @@ def gpu02_refused(ulab: Lab, baseline, state_env: dict) -> str:
     return proc.stderr
 
 
+def up_580_126_fails_on_gpu02(baseline) -> list[tuple[tuple[str, ...], list[dict]]]:
+    """``up`` installing driver 580.126.20 on gpu02 (out of service), in a run and in check
+    mode, each failing the host (exit 1): the mode and the nvidia_driver role's task results."""
+    out = []
+    for check in ((), ("--check",)):
+        proc = gpumon(
+            "up", "-i", baseline, "--limit", "gpu02", "-e", "nvidia_driver_version=580.126.20",
+            "--out-of-service", "--output", "json", *check,
+        )  # fmt: skip
+        assert proc.returncode == 1, (check, proc.stderr[-3000:])
+        tasks = json.loads(proc.stdout)["hosts"]["gpu02"]["tasks"]
+        out.append((check, [t for t in tasks if t["role"] == "nvidia_driver"]))
+    return out
+
+
 def test_a_host_where_dpkg_left_a_package_half_installed_is_refused_before_anything(
     ulab, baseline, state_env
 ):
@@ -408,14 +423,7 @@ def test_a_host_whose_boot_loader_starts_another_installed_kernel_is_refused_bef
         # up installing another driver asks the same before anything (the role's boot_loader
         # task): the packages would take the old module from every kernel, whoever reboots
         before = host_state(ulab, "gpu02")
-        for check in ((), ("--check",)):
-            proc = gpumon(
-                "up", "-i", baseline, "--limit", "gpu02", "-e", "nvidia_driver_version=580.126.20",
-                "--out-of-service", "--output", "json", *check,
-            )  # fmt: skip
-            assert proc.returncode == 1, (check, proc.stderr[-3000:])
-            tasks = json.loads(proc.stdout)["hosts"]["gpu02"]["tasks"]
-            driver = [t for t in tasks if t["role"] == "nvidia_driver"]
+        for check, driver in up_580_126_fails_on_gpu02(baseline):
             assert [(t["task"], t["status"]) for t in driver] == [
                 ("room for driver 580.126.20's install (/var, /usr, /boot)", "ok"),
                 ("the reboot after driver 580.126.20's install starts a kernel its module is "
@@ -445,14 +453,7 @@ def test_up_installing_a_driver_on_a_host_without_room_fails_it_before_anything_
     sh(ulab, "gpu02", "mount -t tmpfs -o size=64m gpumon-test-boot /boot")
     try:
         before = host_state(ulab, "gpu02")
-        for check in ((), ("--check",)):
-            proc = gpumon(
-                "up", "-i", baseline, "--limit", "gpu02", "-e", "nvidia_driver_version=580.126.20",
-                "--out-of-service", "--output", "json", *check,
-            )  # fmt: skip
-            assert proc.returncode == 1, (check, proc.stderr[-3000:])
-            tasks = json.loads(proc.stdout)["hosts"]["gpu02"]["tasks"]
-            driver = [t for t in tasks if t["role"] == "nvidia_driver"]
+        for check, driver in up_580_126_fails_on_gpu02(baseline):
             assert [(t["task"], t["status"]) for t in driver] == [
                 ("room for driver 580.126.20's install (/var, /usr, /boot)", "failed")
             ], check

@@ -26,6 +26,17 @@ def upgrade(inv, *args):
     return CliRunner().invoke(cli, ["upgrade-driver", "-i", str(inv), *args])
 
 
+def refused_to_580(inv) -> list[str]:
+    """``upgrade-driver --to 580`` in check mode and in a run, each refused (exit 2): what each
+    said, its lines joined."""
+    said = []
+    for mode in ("--check", "--drain=none"):
+        result = upgrade(inv, "--to", "580", mode)
+        assert result.exit_code == 2, result.output
+        said.append(" ".join(result.output.split()))
+    return said
+
+
 def test_check_exits_1_when_its_only_host_cannot_be_read(tmp_path, monkeypatch, state_dir):
     inv = write_inventory(tmp_path, {"g1": {"gpu_model": "H100"}})
     FakeFleet(refused={"g1"}).install(monkeypatch)
@@ -357,10 +368,7 @@ def test_a_branch_target_older_than_a_hosts_release_of_that_branch_is_refused_no
     facts = {"g1": gpu_facts("g1", installed="580.159.04", loaded="580.159.04"),
              "g2": gpu_facts("g2")}  # fmt: skip
     FakeFleet(facts=facts).install(monkeypatch)
-    for mode in ("--check", "--drain=none"):
-        result = upgrade(inv, "--to", "580", mode)
-        assert result.exit_code == 2, result.output
-        said = " ".join(result.output.split())
+    for said in refused_to_580(inv):
         assert (
             "REFUSED g1: runs driver 580.159.04, newer than 580.126.20, the newest R580 release "
             "the matrix knows: --to 580 would downgrade it; give the release the hosts are to "
@@ -396,10 +404,7 @@ def test_a_host_whose_boot_loader_starts_a_kernel_without_the_module_is_refused(
     fleet.connection("g1").boot = ["default=saved", f"saved_entry={older}", *images]
     fleet.connection("g2").boot = ["default=0", *images]
     fleet.install(monkeypatch)
-    for mode in ("--check", "--drain=none"):
-        result = upgrade(inv, "--to", "580", mode)
-        assert result.exit_code == 2, result.output
-        said = " ".join(result.output.split())
+    for said in refused_to_580(inv):
         assert (
             f"REFUSED g1: its reboot boots kernel 6.1.0-25-amd64 (GRUB_DEFAULT=saved, saved_entry "
             f"'{older}'), which DKMS builds no NVIDIA module for (it builds for 6.1.0-28-amd64)"
@@ -424,10 +429,7 @@ def test_a_secure_boot_host_whose_dkms_key_is_not_enrolled_is_refused(
     ]
     fleet.connection("g3").signing = [*enforced, "test_key="]  # no mokutil: a note
     fleet.install(monkeypatch)
-    for mode in ("--check", "--drain=none"):
-        result = upgrade(inv, "--to", "580", mode)
-        assert result.exit_code == 2, result.output
-        said = " ".join(result.output.split())
+    for said in refused_to_580(inv):
         assert (
             "REFUSED g1: it runs under Secure Boot and DKMS signs the driver's module with "
             "/var/lib/dkms/mok.pub, which is not enrolled (mokutil --test-key): its kernel would "
