@@ -13,14 +13,21 @@ from __future__ import annotations
 from typing import Any
 
 from deployer.connection import CommandResult
-from deployer.modules.base import HostSession, Module, Observation, Param, parse_kv, register
+from deployer.modules.base import (
+    HostSession,
+    Observation,
+    Param,
+    ReadOnlyCheck,
+    parse_kv,
+    register,
+)
 from deployer.modules.command import Command
 
 FAILURE_LINES = 20
 
 
 @register
-class Assert(Module):
+class Assert(ReadOnlyCheck):
     """A read-only check; the task fails, saying why, when it does not pass."""
 
     name = "assert"
@@ -29,8 +36,6 @@ class Assert(Module):
         "explain": Param(str),
         "environment": Param(dict),
     }
-    reports_change = False
-    judged_by_read = True
 
     def check(self, args: dict[str, Any]) -> None:
         # the same environment rules as a command's
@@ -56,9 +61,6 @@ class Assert(Module):
         result = session.run(f"{self._shell(args, command)} </dev/null", timeout=300)
         text = (result.stderr.strip() + "\n" + result.stdout.strip()).strip().splitlines()
         return "\n".join(text[-FAILURE_LINES:]) or f"the check failed: {args['that']}"
-
-    def write(self, session: HostSession, args: dict[str, Any], obs: Observation) -> None:
-        raise RuntimeError("an assertion has no write side")
 
 
 def _env(args: dict[str, Any]) -> dict[str, Any]:

@@ -217,6 +217,18 @@ class Module:
         raise NotImplementedError
 
 
+class ReadOnlyCheck(Module):
+    """A module with no write side (``assert``, ``disk_space``, ``boot_loader``,
+    ``module_signing``): judged by its read alone, never a change; a state that differs fails the
+    task with :meth:`Module.explain`."""
+
+    reports_change = False
+    judged_by_read = True
+
+    def write(self, session: HostSession, args: dict[str, Any], obs: Observation) -> None:
+        raise RuntimeError(f"{self.name} is a read-only check: it has no write side")
+
+
 def _coerce_bool(key: str, value: str) -> bool:
     found = as_boolean(value)
     if found is None:

@@ -46,7 +46,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.connection import CommandResult
-from deployer.modules.base import ArgError, HostSession, Module, Observation, Param, register
+from deployer.modules.base import (
+    ArgError,
+    HostSession,
+    Observation,
+    Param,
+    ReadOnlyCheck,
+    register,
+)
 
 MARK = "@@ boot loader"
 GRUB_CFG = "/boot/grub/grub.cfg"
@@ -273,33 +280,19 @@ def _number(spec: str) -> int | None:
     return int(text, 8) if len(text) > 1 and text[1] != "x" else int(text, 0)
 
 
-def _head_eq(name: str, spec: str) -> bool:
-    """menu.c's ``menuentry_eq``: ``name`` equals ``spec`` up to its first unescaped ``>``
-    (``>>`` is a ``>`` of the name)."""
+def _split(spec: str) -> tuple[str, str | None]:
+    """``spec`` at its first unescaped ``>``: the name before it (``>>`` read as a ``>`` of the
+    name, as menu.c's ``menuentry_eq`` reads it) and the part after it (None: no ``>``, or
+    nothing after it, where ``grub_menu_execute_entry`` keeps the value)."""
     head, i = [], 0
     while i < len(spec):
         if spec[i] == ">":
-            if spec[i + 1 : i + 2] == ">":
-                head.append(">")
-                i += 2
-                continue
-            break
+            if spec[i + 1 : i + 2] != ">":
+                return "".join(head), spec[i + 1 :] or None
+            i += 1
         head.append(spec[i])
         i += 1
-    return "".join(head) == name
-
-
-def _tail(spec: str) -> str | None:
-    """The part after ``spec``'s first unescaped ``>`` (None: it has none)."""
-    i = 0
-    while i < len(spec):
-        if spec[i] == ">":
-            if spec[i + 1 : i + 2] == ">":
-                i += 2
-                continue
-            return spec[i + 1 :] or None
-        i += 1
-    return None
+    return "".join(head), None
 
 
 def pick(menu: tuple[MenuEntry, ...], spec: str) -> MenuEntry | None:
@@ -307,15 +300,12 @@ def pick(menu: tuple[MenuEntry, ...], spec: str) -> MenuEntry | None:
     docstring); None for an empty menu."""
     if not menu:
         return None
+    name, rest = _split(spec)
     index = _number(spec)
     if index is None:
-        index = next(
-            (i for i, e in enumerate(menu) if _head_eq(e.title, spec) or _head_eq(e.id, spec)),
-            -1,
-        )
+        index = next((i for i, e in enumerate(menu) if name in (e.title, e.id)), -1)
     chosen = menu[index if 0 <= index < len(menu) else 0]
     if chosen.children is not None:
-        rest = _tail(spec)
         return pick(chosen.children, spec if rest is None else rest)
     return chosen
 
@@ -379,7 +369,7 @@ def judge(
 
 
 @register
-class BootLoaderCheck(Module):
+class BootLoaderCheck(ReadOnlyCheck):
     """The host's next boot starts ``running`` or ``newest`` (the kernels DKMS builds the
     driver's module for) or the first entry; the task fails, saying which kernel and where it is
     set, when the boot loader starts another installed kernel."""
@@ -390,8 +380,6 @@ class BootLoaderCheck(Module):
         "newest": Param(str, default=""),
         "purpose": Param(str, default="the driver's install"),
     }
-    reports_change = False
-    judged_by_read = True
 
     def check(self, args: dict[str, Any]) -> None:
         for key in ("running", "newest"):
@@ -416,6 +404,3 @@ class BootLoaderCheck(Module):
             f"the host's reboot {obs.actual['problem']}: after {args['purpose']} it would come "
             f"back without its driver; {FIX}; nothing was installed"
         )
-
-    def write(self, session: HostSession, args: dict[str, Any], obs: Observation) -> None:
-        raise RuntimeError("a boot loader check has no write side")

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployer.connection import CommandResult
-from deployer.modules.base import ArgError, HostSession, Module, Observation, Param, register
+from deployer.modules.base import (
+    ArgError,
+    HostSession,
+    Observation,
+    Param,
+    ReadOnlyCheck,
+    register,
+)
 
 MIB = 1 << 20
 # A path df is asked about: absolute, of these characters only (no quoting surprises)
@@ -78,7 +85,7 @@ def shortfalls(needs: Mapping[str, int], rooms: Mapping[str, Room]) -> list[str]
 
 
 @register
-class DiskSpace(Module):
+class DiskSpace(ReadOnlyCheck):
     """Room on the filesystems of ``needs``' paths; the task fails, saying where, when short."""
 
     name = "disk_space"
@@ -87,8 +94,6 @@ class DiskSpace(Module):
         "purpose": Param(str, default="the install"),
         "hint": Param(str, default="free space there"),
     }
-    reports_change = False
-    judged_by_read = True
 
     def check(self, args: dict[str, Any]) -> None:
         for path, mib in args["needs"].items():
@@ -109,9 +114,6 @@ class DiskSpace(Module):
     def explain(self, args: dict[str, Any], session: HostSession, obs: Observation) -> str:
         short = "; ".join(obs.actual.get("short") or ())
         return f"too little free space for {args['purpose']}: {short}; {args['hint']}"
-
-    def write(self, session: HostSession, args: dict[str, Any], obs: Observation) -> None:
-        raise RuntimeError("a free-space check has no write side")
 
 
 def _asked(args: dict[str, Any]) -> dict[str, int]:

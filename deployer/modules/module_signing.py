@@ -33,7 +33,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployer.connection import CommandResult
-from deployer.modules.base import ArgError, HostSession, Module, Observation, Param, register
+from deployer.modules.base import (
+    ArgError,
+    HostSession,
+    Observation,
+    Param,
+    ReadOnlyCheck,
+    register,
+)
 
 MARK = "@@ module signing"
 EFIVARS = "/sys/firmware/efi/efivars"
@@ -143,14 +150,12 @@ def judge(signing: Signing) -> tuple[str | None, str | None]:
 
 
 @register
-class ModuleSigning(Module):
+class ModuleSigning(ReadOnlyCheck):
     """Under Secure Boot, DKMS's signing certificate is one the kernel trusts; the task fails,
     saying which certificate and what mokutil said, when the new module would be rejected."""
 
     name = "module_signing"
     params = {"purpose": Param(str, default="the driver's install")}
-    reports_change = False
-    judged_by_read = True
 
     def check(self, args: dict[str, Any]) -> None:
         if not args["purpose"].strip():
@@ -173,6 +178,3 @@ class ModuleSigning(Module):
             "the new module at the reboot, and the host would come back without its driver; "
             f"{fix(obs.actual['cert'])}; nothing was installed"
         )
-
-    def write(self, session: HostSession, args: dict[str, Any], obs: Observation) -> None:
-        raise RuntimeError("a module signing check has no write side")
