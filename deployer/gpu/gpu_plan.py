@@ -180,18 +180,21 @@ def driver_switch(resolved: rules.ResolvedPlan, facts: Mapping[str, Any]) -> dic
 
 
 def install_room(
-    view: Mapping[str, Any], variables: Mapping[str, Any], facts: Mapping[str, Any]
+    view: Mapping[str, Any],
+    variables: Mapping[str, Any],
+    facts: Mapping[str, Any],
+    changes: bool,
 ) -> dict[str, Any]:
     """The nvidia_driver role's free-space check: ``needs`` (``min_free_mib``) and whether it
     is ``asked``: on a Debian-family host whose facts show something of the driver to install
     (a driver or Fabric Manager package not at the planned version, a kernel's headers, another
     branch's packages to replace). A host at its planned driver is not asked (no process added
     to a run that changes nothing); nor an RPM-family one, whose versions facts do not compare
-    here."""
+    here. ``changes``: :func:`driver_changes` of the host."""
     needs = min_free_mib(str(view.get("host", "")), variables)
     if not needs or facts.get("os_family") != "debian":
         return {"needs": needs, "asked": False, "hint": ROOM_HINT}
-    asked = driver_changes(view, facts) or bool(view["kernel_headers"])
+    asked = changes or bool(view["kernel_headers"])
     return {"needs": needs, "asked": asked, "hint": ROOM_HINT}
 
 
@@ -207,14 +210,15 @@ def driver_changes(view: Mapping[str, Any], facts: Mapping[str, Any]) -> bool:
     return behind or bool(view["driver_switch"]["needed"])
 
 
-def boot_check(view: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any]:
+def boot_check(facts: Mapping[str, Any], changes: bool) -> dict[str, Any]:
     """The nvidia_driver role's boot loader check (module boot_loader): ``asked`` where the
-    driver's packages change on a host whose running kernel facts know, since the new packages
+    driver's packages change (``changes``: :func:`driver_changes`) on a host whose running
+    kernel facts know, since the new packages
     take the old module from every kernel and Debian's dkms builds the new one for the running
     and the newest installed kernel only; ``running`` and ``newest`` are those two."""
     running = str(facts.get("kernel") or "")
     return {
-        "asked": bool(running) and driver_changes(view, facts),
+        "asked": bool(running) and changes,
         "running": running,
         "newest": str(facts.get("newest_kernel") or ""),
     }
@@ -279,10 +283,11 @@ def _view(
     )
     out["driver_switch"] = driver_switch(resolved, facts)
     out["kernel_headers"] = list(kernel_headers_packages(facts, variables)) or None
-    out["disk_space"] = install_room(out, variables, facts)
-    out["boot_loader"] = boot_check(out, facts)
+    changes = driver_changes(out, facts)
+    out["disk_space"] = install_room(out, variables, facts, changes)
+    out["boot_loader"] = boot_check(facts, changes)
     # Under Secure Boot, the module DKMS signs must be one the kernel loads (module_signing)
-    out["module_signing"] = {"asked": driver_changes(out, facts)}
+    out["module_signing"] = {"asked": changes}
     out["dcgm_stale_variants"] = dcgm_stale_variants(resolved, facts)
     # The CSV holds only names this exporter version accepts; a host with a GPU in MIG mode also
     # collects the instances' utilization signal (deployer/dcgm_fields.py). Both are planned: MIG
