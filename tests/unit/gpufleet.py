@@ -108,11 +108,9 @@ def offering(
         name, _, version = spec.partition("=")
         offered[name] = (None, [version or "1.0-1"])
     asked_boot = boot_loader.MARK in command
-    answer = policy_answer(offered, free if free_space.MARK in command else (), asked_boot, boot)
-    if module_signing.MARK in command:  # its section after the boot loader's
-        head, audit, rest = answer.partition(availability.AUDIT_MARK)
-        answer = "\n".join([head.rstrip("\n"), module_signing.MARK, *signing, audit + rest])
-    return answer
+    space = free if free_space.MARK in command else ()
+    signed = signing if module_signing.MARK in command else None
+    return policy_answer(offered, space, asked_boot, boot, signed)
 
 
 def policy_answer(
@@ -120,15 +118,19 @@ def policy_answer(
     free: Sequence[str] = (),
     asked_boot: bool = False,
     boot: Sequence[str] = (),
+    signing: Sequence[str] | None = None,
 ) -> str:
     """``availability.policy_script``'s output on a host with its NVIDIA source and nothing for
     ``dpkg --audit``, its ``apt-cache policy`` (apt 2.6's layout) of ``packages``: name ->
-    (installed version or None, the versions its sources offer); with ``free``, df's lines."""
+    (installed version or None, the versions its sources offer); with ``free``, df's lines;
+    asked, the boot loader's lines and (``signing`` not None) the module signing ones."""
     out = [f"{availability.SOURCE_MARK} yes"]
     if free:
         out += [free_space.MARK, "File        Avail Mounted on", *free]
     if asked_boot:
         out += [boot_loader.MARK, *boot]
+    if signing is not None:
+        out += [module_signing.MARK, *signing]
     out += [availability.AUDIT_MARK, availability.POLICY_MARK]
     for name, (installed, versions) in packages.items():
         out += [
