@@ -235,6 +235,8 @@ def _unit(description: str, service: str, install: str = "WantedBy=multi-user.ta
 
 
 MODULE_UNIT = "gpusim-nvidia-module.service"
+DKMS_TOOL = "/usr/libexec/gpusim/nvidia-dkms"
+HEADER_HOOK = "/etc/kernel/header_postinst.d/gpusim-nvidia-dkms"
 DAEMON_UNITS = ("nvidia-persistenced.service nvidia-dcgm.service nvidia-fabricmanager.service "
                 "nvidia-dcgm-exporter.service")  # fmt: skip
 
@@ -288,17 +290,29 @@ def driver_packages(d: DriverRelease) -> list[Deb]:
         k.add_tools(
             "daemons", {"/usr/libexec/gpusim/nvidia-module-load": "module_load_main"}, build
         )
+        k.add_tools("dkms", {DKMS_TOOL: "main"}, build)
+        # dkms' hook a kernel's headers package runs (Debian's linux-headers postinst: run-parts
+        # /etc/kernel/header_postinst.d), as /etc/kernel/header_postinst.d/dkms does
+        k.add(HEADER_HOOK, f"#!/bin/sh\n# SIMULATED (gpumon-deploy lab): builds the simulated NVIDIA "
+                           f"module for a kernel whose headers were just installed\n"
+                           f'exec {DKMS_TOOL} kernel "$1"\n', 0o755)  # fmt: skip
         k.add(f"/usr/lib/systemd/system/{MODULE_UNIT}", _unit(
             "Load the simulated NVIDIA kernel module (no real module is loaded)",
             "Type=oneshot\nRemainAfterExit=yes\nExecStart=/usr/libexec/gpusim/nvidia-module-load",
             unit_extra=f"Before={DAEMON_UNITS}"))  # fmt: skip
+        # dh_dkms' maintainer scripts: the postinst builds (common.postinst; a failed build fails
+        # it), the prerm removes this version's modules from every kernel (dkms remove --all)
         k.scripts["postinst"] = _postinst(
+            f'if [ "$1" = configure ]; then {DKMS_TOOL} autoinstall "$2"; fi\n'
             'if [ "$1" = configure ] && [ -d /run/systemd/system ]; then\n'
             "  systemctl daemon-reload >/dev/null 2>&1 || true\n"
             f"  systemctl enable {MODULE_UNIT} >/dev/null 2>&1 || true\n"
             "  # like modprobe after a first install; an upgrade keeps the old module until reboot\n"
             f"  [ -e /run/gpusim/nvidia-module.json ] || systemctl start {MODULE_UNIT} || true\n"
             "fi"
+        )
+        k.scripts["prerm"] = _postinst(
+            f'case "$1" in remove|upgrade|deconfigure) {DKMS_TOOL} remove ;; esac'
         )
         debs.append(k)
 
@@ -435,13 +449,21 @@ def kernel_headers_package(release: str) -> Deb:
     archive carries (a cloud or VM kernel): the nvidia_driver role installs the running kernel's
     headers before the driver, as DKMS needs them, and a host without them is refused by
     ``upgrade-driver``'s preflight. It holds only the directory dkms tests for
-    (``/lib/modules/<release>/build/include``): the lab's simulated driver builds no module."""
+    (``/lib/modules/<release>/build/include``), and runs the kernel's header hooks as Debian's
+    does, so the simulated DKMS builds its module stand-in for this kernel."""
     deb = Deb(f"linux-headers-{release}", HEADERS_VERSION,
               f"Header files for Linux {release} (the lab machine's kernel)",
               section="kernel")  # fmt: skip
     deb.add(
         f"/lib/modules/{release}/build/include/GPUSIM-STAND-IN",
         "SIMULATED: the lab's stand-in for this kernel's headers; no header file is here.\n",
+    )
+    # Debian's linux-headers-<release> postinst (linux 6.1.192-3): the hooks that build DKMS
+    # modules for the kernel whose headers these are
+    deb.scripts["postinst"] = _postinst(
+        "if [ -d /etc/kernel/header_postinst.d ]; then\n"
+        f"  run-parts --report --exit-on-error --arg={release} /etc/kernel/header_postinst.d\n"
+        "fi"
     )
     return deb
 

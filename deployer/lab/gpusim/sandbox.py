@@ -6,17 +6,29 @@ trying the stand-ins by hand; the lab itself installs the packages with apt in b
 from __future__ import annotations
 
 import os
+import platform
 import socket
 import subprocess
 import time
 from pathlib import Path
 
+from deployer.lab.gpusim.catalog import DKMS_TOOL
+
 
 def unpack(debs: list[Path], root: Path) -> None:
-    """Unpack .deb files into ``root`` in order (``dpkg-deb -x``: files only, no scripts)."""
+    """Unpack .deb files into ``root`` in order (``dpkg-deb -x``: files only, no scripts), then
+    build the driver's module as the DKMS package's postinst would, for a sandbox host that has
+    its running kernel's headers (the simulated DKMS run against ``root``)."""
     root.mkdir(parents=True, exist_ok=True)
     for deb in debs:
         subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    if (root / DKMS_TOOL.lstrip("/")).exists():
+        (root / f"lib/modules/{platform.release()}/build/include").mkdir(
+            parents=True, exist_ok=True
+        )
+        done = run(root, [DKMS_TOOL, "autoinstall"])
+        if done.returncode != 0:
+            raise RuntimeError(f"the simulated DKMS failed in {root}: {done.stdout}{done.stderr}")
 
 
 def pick(debs: list[Path], *specs: str) -> list[Path]:

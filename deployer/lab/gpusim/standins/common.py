@@ -11,6 +11,7 @@ import json
 import math
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -177,7 +178,62 @@ def visible_gpus(hw: dict | None = None, st: dict | None = None) -> list:
 
 
 def installed_module() -> dict | None:
+    """The driver's module source the DKMS package installed (what ``/usr/src/nvidia-<version>``
+    is to dkms): its version and flavour; the module a kernel loads is what the DKMS stand-in
+    built from it (:func:`built_module`)."""
     return read_json(KMOD_FILE)
+
+
+# Where Debian's dkms 3.0.10 installs a module it built (``/usr/sbin/dkms``
+# ``override_dest_module_location``: ``/updates/dkms`` on debian* and ubuntu*)
+DKMS_MODULE_DIR = "/lib/modules/{kernel}/updates/dkms"
+OPEN_LICENSE = "Dual MIT/GPL"  # MODULE_LICENSE of the open modules; "NVIDIA" of the proprietary
+
+
+def running_kernel() -> str:
+    """``uname -r``: the lab's hosts run the lab machine's kernel (containers share it)."""
+    return os.uname().release
+
+
+def module_info(data: bytes) -> dict:
+    """The ``key=value`` strings of an ELF module's ``.modinfo`` section, as ``modinfo`` shows
+    them (64-bit little-endian ELF, what the DKMS stand-in writes); {} for anything else."""
+    if data[:6] != b"\x7fELF\x02\x01" or len(data) < 64:
+        return {}
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def section(i: int) -> tuple:
+        name, _type, _flags, _addr, offset, size = struct.unpack_from(
+            "<IIQQQQ", data, shoff + i * shentsize
+        )
+        return name, offset, size
+
+    try:
+        _, names_at, _ = section(shstrndx)
+        for i in range(shnum):
+            name, offset, size = section(i)
+            end = data.index(b"\0", names_at + name)
+            if data[names_at + name : end] == b".modinfo":
+                pairs = data[offset : offset + size].split(b"\0")
+                return dict(p.decode().partition("=")[::2] for p in pairs if b"=" in p)
+    except (struct.error, ValueError, UnicodeDecodeError):
+        return {}
+    return {}
+
+
+def built_module(kernel: str) -> dict | None:
+    """The NVIDIA module on disk for ``kernel`` (the DKMS stand-in's build): its version and
+    flavour, or None where none is built for that kernel."""
+    try:
+        with open(path(DKMS_MODULE_DIR.format(kernel=kernel) + "/nvidia.ko"), "rb") as f:
+            info = module_info(f.read())
+    except OSError:
+        return None
+    if not info.get("version"):
+        return None
+    flavour = "open" if info.get("license") == OPEN_LICENSE else "proprietary"
+    return {"version": info["version"], "flavour": flavour}
 
 
 def loaded_module() -> dict | None:
@@ -199,7 +255,9 @@ def proc_version_text(version: str, flavour: str) -> str:
 
 
 def load_module(reason: str = "boot") -> dict | None:
-    """Load the installed module if none is loaded (what modprobe/nvidia-modprobe do).
+    """Load the module built for the running kernel if none is loaded (what modprobe /
+    nvidia-modprobe do): none built for it (no headers, DKMS autoinstall off, a failed build),
+    no module, as after a real reboot into such a kernel.
 
     The loaded version stays fixed until the next boot (/run is emptied by a reboot), so a package
     upgrade without a reboot leaves the old module loaded, exactly like the real driver.
@@ -207,7 +265,7 @@ def load_module(reason: str = "boot") -> dict | None:
     loaded = loaded_module()
     if loaded:
         return loaded
-    inst = installed_module()
+    inst = built_module(running_kernel())  # modprobe loads what is on disk for this kernel
     if not inst:
         return None
     loaded = {"version": inst["version"], "flavour": inst["flavour"], "loaded_at": time.time(),

@@ -37,6 +37,11 @@ def module_load_main(argv: list) -> int:
         sys.stdout.write(f"gpusim-nvidia-module-load -- {c.SIM_NOTE}\n")
         return 0
     loaded = c.load_module(reason="boot")
+    if loaded is None and c.installed_module() is not None:
+        # the driver is installed but DKMS built no module for this kernel: modprobe's words
+        kernel = c.running_kernel()
+        c.err(f"modprobe: FATAL: Module nvidia not found in directory /lib/modules/{kernel}")
+        return 1
     if loaded is None:
         sys.stdout.write("no simulated NVIDIA kernel module installed; nothing to load\n")
         return 0
