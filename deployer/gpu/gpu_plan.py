@@ -224,6 +224,19 @@ def boot_check(facts: Mapping[str, Any], changes: bool) -> dict[str, Any]:
     }
 
 
+def module_check(
+    view: Mapping[str, Any], facts: Mapping[str, Any], changes: bool
+) -> dict[str, Any]:
+    """The nvidia_driver role's check, after the packages and before any reboot, that DKMS built
+    the planned driver's module for the kernel the next boot starts (module driver_module):
+    ``asked`` on a Debian-family host whose running kernel facts know, where the driver's
+    packages change (``changes``) or the loaded module is not the planned driver (a reboot is
+    owed: a run after one that failed this check, or an operator's install, asks again)."""
+    owed = facts.get("driver_loaded") != view["driver_version"]
+    asked = facts.get("os_family") == "debian" and bool(facts.get("kernel")) and (changes or owed)
+    return {"asked": asked}
+
+
 def dcgm_stale_variants(resolved: rules.ResolvedPlan, facts: Mapping[str, Any]) -> list[str]:
     """Installed DCGM CUDA-variant packages the plan does not install (see the module docstring)."""
     return sorted(
@@ -288,6 +301,7 @@ def _view(
     out["boot_loader"] = boot_check(facts, changes)
     # Under Secure Boot, the module DKMS signs must be one the kernel loads (module_signing)
     out["module_signing"] = {"asked": changes}
+    out["driver_module"] = module_check(out, facts, changes)
     out["dcgm_stale_variants"] = dcgm_stale_variants(resolved, facts)
     # The CSV holds only names this exporter version accepts; a host with a GPU in MIG mode also
     # collects the instances' utilization signal (deployer/dcgm_fields.py). Both are planned: MIG

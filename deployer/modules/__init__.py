@@ -7,6 +7,7 @@ from deployer.modules import (  # noqa: F401
     boot_loader,
     command,
     disk_space,
+    driver_module,
     driver_switch,
     files,
     mig_copy,

@@ -68,7 +68,7 @@ _CFG_LINES = (
 _ID = re.compile(r"^gnulinux-(?P<release>.+?)-(?:advanced|recovery|init-[A-Za-z0-9_]+)(?:-.*)?$")
 _TITLE = re.compile(r", with Linux (?P<release>\S+?)(?: \(.*\))?$")
 # A kernel release as uname -r prints it (checked: the module's arguments come from facts)
-_RELEASE = re.compile(r"^[A-Za-z0-9._+~-]*$")
+RELEASE = re.compile(r"^[A-Za-z0-9._+~-]*$")
 # How to mend it, said by the role's check and the rollout's refusal alike
 FIX = (
     "set the boot loader's default to the running or newest kernel (grub-set-default, or "
@@ -326,43 +326,64 @@ def first_entry(entry: str) -> bool:
     return entry == "0" or entry.startswith("gnulinux-simple-")
 
 
+@dataclass(frozen=True)
+class NextBoot:
+    """The kernel the host's next boot starts as its boot loader says: ``release`` None where
+    that cannot be told (no GRUB configuration, an empty menu, an entry that loads no Linux
+    kernel, an entry by number without grub.cfg: then ``note`` says why, where worth saying);
+    ``how`` says where it is set, for a message."""
+
+    release: str | None
+    how: str = ""
+    note: str | None = None
+
+
+def next_boot(boot: BootLoader, running: str | None, newest: str | None) -> NextBoot:
+    """Which kernel GRUB starts next (see the module docstring); an entry of Debian's first
+    kind without grub.cfg is the newest kernel (10_linux lists it first)."""
+    entry = boot.entry
+    if entry is None:
+        return NextBoot(None)
+    how = boot.how()
+    if boot.menu is not None:
+        chosen = boot.pick()
+        if chosen is None:  # an empty menu: GRUB boots nothing of ours to judge
+            return NextBoot(None, how)
+        if chosen.release is None:
+            return NextBoot(None, how, (
+                f"its reboot starts {chosen.title!r} ({how}), which loads no Linux kernel "
+                f"{GRUB_CFG} shows: which kernel it boots cannot be told"
+            ))  # fmt: skip
+        if chosen.id not in entry and chosen.title not in entry:  # by number, or not found
+            how = f"{how}: {chosen.title!r}"
+        return NextBoot(chosen.release, how)
+    if first_entry(entry):
+        return NextBoot(newest or running or None, how)
+    release = release_of(entry)
+    if release is None:
+        return NextBoot(None, how, (
+            f"which kernel its reboot boots cannot be told ({how}; no {GRUB_CFG} read): "
+            f"DKMS builds the driver's module for the running kernel {running or '?'} and "
+            f"the newest installed one{f' ({newest})' if newest else ''} only"
+        ))  # fmt: skip
+    return NextBoot(release, how)
+
+
 def judge(
     boot: BootLoader, running: str | None, newest: str | None
 ) -> tuple[str | None, str | None]:
     """(the problem, a note) of a boot loader that starts a kernel DKMS builds no module for:
     the problem as ``boots kernel R (how it is set), which DKMS builds no NVIDIA module for (it
     builds for ...)``, for the caller to put after its subject."""
-    entry = boot.entry
-    if entry is None:
-        return None, None
-    how = boot.how()
-    if boot.menu is not None:
-        chosen = boot.pick()
-        if chosen is None:  # an empty menu: GRUB boots nothing of ours to judge
-            return None, None
-        release = chosen.release
-        if release is None:
-            return None, (
-                f"its reboot starts {chosen.title!r} ({how}), which loads no Linux kernel "
-                f"{GRUB_CFG} shows: which kernel it boots cannot be told"
-            )
-        if chosen.id not in entry and chosen.title not in entry:  # by number, or not found
-            how = f"{how}: {chosen.title!r}"
-    else:
-        if first_entry(entry):
-            return None, None
-        release = release_of(entry)
-        if release is None:
-            return None, (
-                f"which kernel its reboot boots cannot be told ({how}; no {GRUB_CFG} read): "
-                f"DKMS builds the driver's module for the running kernel {running or '?'} and "
-                f"the newest installed one{f' ({newest})' if newest else ''} only"
-            )
+    nxt = next_boot(boot, running, newest)
+    release = nxt.release
+    if release is None:
+        return None, nxt.note
     if release in (running, newest) or release not in boot.images:
         return None, None
     built = " and ".join(dict.fromkeys(k for k in (running, newest) if k))
     return (
-        f"boots kernel {release} ({how}), which DKMS builds no NVIDIA module for "
+        f"boots kernel {release} ({nxt.how}), which DKMS builds no NVIDIA module for "
         f"(it builds for {built})",
         None,
     )
@@ -383,7 +404,7 @@ class BootLoaderCheck(ReadOnlyCheck):
 
     def check(self, args: dict[str, Any]) -> None:
         for key in ("running", "newest"):
-            if not _RELEASE.match(args[key]):
+            if not RELEASE.match(args[key]):
                 raise ArgError(key, f"{args[key]!r} is not a kernel release")
         if not args["running"]:
             raise ArgError("running", "the running kernel's release is needed")

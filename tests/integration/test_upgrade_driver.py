@@ -444,6 +444,66 @@ def test_a_host_whose_boot_loader_starts_another_installed_kernel_is_refused_bef
     assert loaded(ulab, "gpu02") == BASELINE
 
 
+def test_a_host_whose_dkms_built_no_module_is_not_rebooted_into_a_kernel_without_its_driver(
+    ulab, baseline
+):
+    """gpu02 with DKMS's autoinstall disabled (``/etc/dkms/no-autoinstall``): ``up`` installing
+    580.126.20 with reboots allowed installs the packages (the old module goes with the old
+    package, the new one is not built), then fails the host on the module the next boot needs,
+    naming the kernel and why, and does not reboot it: the old driver keeps running. A second
+    run asks again (a reboot is still owed). Once the module is built (the file removed, the
+    DKMS package reinstalled) the same ``up`` reboots the host into the new driver."""
+    kernel = sh(ulab, "gpu02", "uname -r").strip()
+    put = ("up", "-i", baseline, "--limit", "gpu02", "-e", "nvidia_driver_reboot=if_required",
+           "--out-of-service", "-e", "nvidia_driver_version=580.126.20")  # fmt: skip
+    module = f"/lib/modules/{kernel}/updates/dkms/nvidia.ko"
+    assert sh(ulab, "gpu02", f"modinfo -F version {module}").strip() == BASELINE
+    boot = sh(ulab, "gpu02", "cat /proc/sys/kernel/random/boot_id")
+    sh(ulab, "gpu02", "mkdir -p /etc/dkms && touch /etc/dkms/no-autoinstall")
+    try:
+        for attempt in ("install", "again"):
+            proc = gpumon(*put, "--output", "json")
+            assert proc.returncode == 1, (attempt, proc.stderr[-3000:])
+            tasks = json.loads(proc.stdout)["hosts"]["gpu02"]["tasks"]
+            done = {t["task"]: t for t in tasks if t["role"] == "nvidia_driver"}
+            built = done[
+                "the module of driver 580.126.20 is built for the kernel the next boot starts"
+            ]
+            assert built["status"] == "failed", attempt
+            assert " ".join(built["error"].split()) == (
+                f"driver 580.126.20's packages are installed, but the host's next boot starts "
+                f"kernel {kernel} (the running kernel; no other is installed), which has no NVIDIA "
+                "module on disk: /etc/dkms/no-autoinstall is present, so the packages' DKMS step "
+                f"built nothing: run `dkms autoinstall -k {kernel}` or remove that file and "
+                "reinstall the driver; it would come back from a reboot without its driver, so it "
+                "is not rebooted (its loaded driver keeps running until then)"
+            ), attempt
+            assert not any(n.startswith("reboot into driver") for n in done), attempt
+            assert sh(ulab, "gpu02", "cat /proc/sys/kernel/random/boot_id") == boot
+            assert loaded(ulab, "gpu02") == BASELINE
+            assert "nvidia-smi" in packages(ulab, "gpu02")
+            assert sh(ulab, "gpu02", f"ls {module} 2>/dev/null || true").strip() == ""
+        flavour = sh(
+            ulab,
+            "gpu02",
+            "dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' 'nvidia-kernel*-dkms' "
+            "| awk '$1 ~ /^.i/ { print $2 }'",
+        ).split()
+        sh(ulab, "gpu02", "rm /etc/dkms/no-autoinstall && DEBIAN_FRONTEND=noninteractive "
+           f"apt-get install -y -q --reinstall --allow-change-held-packages {flavour[0]}")  # fmt: skip
+        assert sh(ulab, "gpu02", f"modinfo -F version {module}").strip() == "580.126.20"
+        proc = gpumon(*put)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        assert loaded(ulab, "gpu02") == "580.126.20"
+        assert sh(ulab, "gpu02", "cat /proc/sys/kernel/random/boot_id") != boot
+    finally:
+        sh(ulab, "gpu02", "rm -f /etc/dkms/no-autoinstall")
+        proc = gpumon(*put[:-1], f"nvidia_driver_version={BASELINE}")
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    assert loaded(ulab, "gpu02") == BASELINE
+    assert sh(ulab, "gpu02", f"modinfo -F version {module}").strip() == BASELINE
+
+
 def test_up_installing_a_driver_on_a_host_without_room_fails_it_before_anything_is_installed(
     ulab, baseline
 ):

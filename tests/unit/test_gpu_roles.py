@@ -310,6 +310,50 @@ def test_module_signing_is_asked_after_the_boot_loader_where_the_drivers_package
         )
 
 
+# After the driver's packages and before the reboot task: DKMS built the new module for the
+# kernel the next boot starts (deployer/modules/driver_module.py)
+BUILT = r"^the module of driver 595\.45\.04 is built for the kernel the next boot starts$"
+
+
+@pytest.mark.parametrize(
+    ("facts", "asked"),
+    [
+        ({**RUNNING, "packages": {**AT_PLAN, "nvidia-open": "580.126.20-1"}}, True),  # upgrade
+        ({**RUNNING, "packages": {}}, True),  # a first install
+        ({**RUNNING, "packages": AT_PLAN, "driver_loaded": "595.45.04"}, False),  # all at plan
+        ({**RUNNING, "packages": AT_PLAN, "driver_loaded": "580.126.20"}, True),  # reboot owed
+        ({**RUNNING, "packages": AT_PLAN}, True),  # nothing loaded: the next boot loads it
+        (
+            {**RUNNING, "kernel_headers": False, "packages": AT_PLAN, "driver_loaded": "595.45.04"},
+            False,
+        ),  # headers only
+        ({**DEBIAN, "packages": {}}, False),  # the running kernel unknown: nothing to judge by
+        ({**ROCKY, "kernel": "5.14.0-427.el9.x86_64"}, False),  # Debian's dkms only
+    ],
+)
+def test_the_built_module_is_asked_between_the_packages_and_the_reboot(facts, asked):
+    tasks = planned(H100, {**facts, **NEWER})
+    assert (not absent(tasks, BUILT)) is asked
+    if asked:
+        names = list(tasks)
+        built = task(tasks, BUILT)
+        assert built.module.name == "driver_module"
+        assert built.args == {
+            "version": "595.45.04",
+            "running": "6.1.0-28-amd64",
+            "newest": "6.1.0-31-amd64",
+        }
+        assert names.index(task(tasks, r"^driver 595\.45\.04 ").name) < names.index(built.name)
+        loaded = task(tasks, "^the loaded kernel module is driver")
+        assert names.index(built.name) < names.index(loaded.name)
+        rebooting = list(
+            planned({**H100, "nvidia_driver_reboot": "if_required"}, {**facts, **NEWER})
+        )
+        assert rebooting.index(built.name) < rebooting.index(
+            next(n for n in rebooting if n.startswith("reboot into driver"))
+        )
+
+
 def test_nvidia_driver_kernel_headers_must_be_a_boolean():
     with pytest.raises(InputError) as exc:
         planned({**H100, "nvidia_driver_kernel_headers": "sometimes"}, NO_HEADERS)

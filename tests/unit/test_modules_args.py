@@ -28,6 +28,7 @@ OK_ARGS = {
     "disk_space": {"needs": {"/boot": 128}},
     "boot_loader": {"running": "6.1.0-28-amd64"},
     "module_signing": {},
+    "driver_module": {"version": "595.45.04", "running": "6.1.0-28-amd64"},
     "nvidia_driver_switch": {"purge": ["cuda-drivers-535"]},
     "copy_by_mig_mode": {"dest": "/etc/x.csv", "content": "a", "mig_content": "b"},
 }
@@ -130,6 +131,12 @@ BAD = [
     ("boot_loader", {"running": "6.1.0-28-amd64; reboot"}, "running"),
     ("boot_loader", {"running": "6.1.0-28-amd64", "newest": "$(reboot)"}, "newest"),
     ("module_signing", {"purpose": " "}, "purpose"),
+    ("driver_module", {"running": "6.1.0-28-amd64"}, "version"),
+    (
+        "driver_module",
+        {"version": "595.45.04", "running": "6.1.0-28-amd64", "newest": "$(x)"},
+        "newest",
+    ),
     ("reboot", {"reboot_timeout": 1}, "reboot_timeout"),
     ("reboot", {"reboot_timeout": True}, "reboot_timeout"),
 ]
