@@ -7,39 +7,21 @@ the kernel and the setting."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from deployer.connection import CommandResult, LocalConnection
-from deployer.executor import Executor
+from deployer.connection import LocalConnection
 from deployer.modules import boot_loader
 from deployer.modules.boot_loader import BootLoader, BootLoaderCheck, MenuEntry
-from deployer.plan import HostPlan, HostPlay, PlannedTask
 from deployer.results import Status
-from deployer.roles import Play
+from tests.unit import rooted
 
-PLAY = Play(name="p", hosts="all", roles=("r",))
 RUNNING, NEWEST, OLDER = "6.1.0-28-amd64", "6.1.0-31-amd64", "6.1.0-25-amd64"
 DEVICE = "8c2f3a1e-5b4d-4c3e-9f1a-2b3c4d5e6f70"
 SUBMENU = f"gnulinux-advanced-{DEVICE}"
 PINNED = f"{SUBMENU}>gnulinux-{OLDER}-advanced-{DEVICE}"
 GRUB_CFG = Path(__file__).parents[1] / "fixtures/grub/debian12-grub.cfg"
 SAVED_LINE = '   set default="${saved_entry}"\n'
-
-
-class UnderRoot(LocalConnection):
-    """This machine's shell, the boot loader's paths read under ``root`` (the script as the
-    module sends it, each path prefixed: ``boot_loader.script(root)``)."""
-
-    def __init__(self, root: str) -> None:
-        super().__init__("h1")
-        self.root = root
-
-    def run(self, command: str, **kwargs: Any) -> CommandResult:
-        assert boot_loader.script() in command  # the module asks the real paths
-        command = command.replace(boot_loader.script(), boot_loader.script(self.root))
-        return super().run(command, **kwargs)
 
 
 def write_grub(root, default: str | None, saved: str | None = None) -> None:
@@ -72,12 +54,9 @@ def read(root) -> BootLoader:
 
 def converge(root, check: bool = False):
     args = {"running": RUNNING, "newest": NEWEST, "purpose": "driver 595.45.04's install"}
-    module = BootLoaderCheck()
-    task = PlannedTask("r", "boot", module, module.validate(args), "tasks.yml", 1)
-    plan = HostPlan("h1", [HostPlay(PLAY, [task], {}, [])])
-    report = Executor(lambda h: UnderRoot(str(root)), check=check).run([plan], (PLAY,))
-    (result,) = report.hosts["h1"].tasks
-    return result
+    return rooted.converge(
+        BootLoaderCheck(), args, rooted.UnderRoot(str(root), boot_loader.script), check
+    )
 
 
 @pytest.mark.parametrize(

@@ -9,21 +9,17 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from deployer.connection import CommandResult, LocalConnection
-from deployer.executor import Executor
+from deployer.connection import LocalConnection
 from deployer.lab.gpusim.standins import dkms
 from deployer.modules import boot_loader, driver_module
 from deployer.modules.base import ArgError
 from deployer.modules.driver_module import DriverModuleBuilt
-from deployer.plan import HostPlan, HostPlay, PlannedTask
 from deployer.results import Status
-from deployer.roles import Play
+from tests.unit import rooted
 
-PLAY = Play(name="p", hosts="all", roles=("r",))
 RUNNING, NEWEST, OLDER = "6.1.0-28-amd64", "6.1.0-31-amd64", "6.1.0-25-amd64"
 WANT, OLD = "595.45.04", "580.126.20"
 GRUB_CFG = Path(__file__).parents[1] / "fixtures/grub/debian12-grub.cfg"
@@ -32,21 +28,6 @@ pytestmark = pytest.mark.skipif(
     DEPMOD is None or shutil.which("modinfo", path="/usr/sbin:/sbin:/usr/bin") is None,
     reason="kmod (modinfo, depmod) is not installed: scripts/setup installs it",
 )
-
-
-class UnderRoot(LocalConnection):
-    """This machine's shell, the check's paths read under ``root`` (both scripts as the module
-    sends them, each path prefixed)."""
-
-    def __init__(self, root: str) -> None:
-        super().__init__("h1")
-        self.root = root
-
-    def run(self, command: str, **kwargs: Any) -> CommandResult:
-        for script in (boot_loader.script, driver_module.script):
-            assert script() in command  # the module asks the real paths
-            command = command.replace(script(), script(self.root))
-        return super().run(command, **kwargs)
 
 
 def kernel(root: Path, release: str, headers: bool = True, module: str | None = None) -> None:
@@ -96,12 +77,8 @@ def problem(root: Path, running: str = RUNNING, newest: str = NEWEST) -> str | N
 
 def converge(root: Path, check: bool = False):
     args = {"version": WANT, "running": RUNNING, "newest": NEWEST}
-    module = DriverModuleBuilt()
-    task = PlannedTask("r", "built", module, module.validate(args), "tasks.yml", 1)
-    plan = HostPlan("h1", [HostPlay(PLAY, [task], {}, [])])
-    report = Executor(lambda h: UnderRoot(str(root)), check=check).run([plan], (PLAY,))
-    (result,) = report.hosts["h1"].tasks
-    return result
+    scripts = (boot_loader.script, driver_module.script)
+    return rooted.converge(DriverModuleBuilt(), args, rooted.UnderRoot(str(root), *scripts), check)
 
 
 def test_the_module_on_disk_for_the_newest_kernel_is_what_the_next_boot_needs(tmp_path):

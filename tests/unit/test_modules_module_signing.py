@@ -9,19 +9,16 @@ has."""
 from __future__ import annotations
 
 import shutil
-from typing import Any
 
 import pytest
 
 from deployer.connection import CommandResult, LocalConnection
-from deployer.executor import Executor
 from deployer.gpu.rules import PackagePin
 from deployer.modules import module_signing
 from deployer.modules.module_signing import ModuleSigning, Signing
-from deployer.plan import HostPlan, HostPlay, PlannedTask
 from deployer.results import Status
-from deployer.roles import Play
 from deployer.rollout import availability
+from tests.unit import rooted
 
 EFIVARS = "sys/firmware/efi/efivars"
 NOT_ENROLLED = "is not enrolled"
@@ -163,29 +160,11 @@ def test_without_mokutil_whether_it_is_enrolled_cannot_be_told_and_is_a_note(tmp
 # ---- through the executor, as the nvidia_driver role runs it ---------------------------------
 
 
-class UnderRoot(LocalConnection):
-    def __init__(self, root: str) -> None:
-        super().__init__("h1")
-        self.root = root
-
-    def run(self, command: str, **kwargs: Any) -> CommandResult:
-        assert module_signing.script() in command
-        command = command.replace(module_signing.script(), module_signing.script(self.root))
-        return super().run(command, **kwargs)
-
-
-PLAY = Play(name="p", hosts="all", roles=("r",))
-
-
 def converge(root, check: bool = False):
-    module = ModuleSigning()
-    args = module.validate({"purpose": "driver 595.45.04's install"})
-    plan = HostPlan(
-        "h1", [HostPlay(PLAY, [PlannedTask("r", "sig", module, args, "t.yml", 1)], {}, [])]
+    args = {"purpose": "driver 595.45.04's install"}
+    return rooted.converge(
+        ModuleSigning(), args, rooted.UnderRoot(str(root), module_signing.script), check
     )
-    report = Executor(lambda h: UnderRoot(str(root)), check=check).run([plan], (PLAY,))
-    (result,) = report.hosts["h1"].tasks
-    return result
 
 
 @pytest.mark.parametrize("check", [False, True], ids=["run", "check"])
