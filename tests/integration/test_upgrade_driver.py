@@ -445,44 +445,66 @@ def test_a_host_whose_boot_loader_starts_another_installed_kernel_is_refused_bef
 
 
 def test_a_host_whose_dkms_built_no_module_is_not_rebooted_into_a_kernel_without_its_driver(
-    ulab, baseline
+    ulab, baseline, inventory, tmp_path
 ):
-    """gpu02 with DKMS's autoinstall disabled (``/etc/dkms/no-autoinstall``): ``up`` installing
-    580.126.20 with reboots allowed installs the packages (the old module goes with the old
-    package, the new one is not built), then fails the host on the module the next boot needs,
-    naming the kernel and why, and does not reboot it: the old driver keeps running. A second
-    run asks again (a reboot is still owed). Once the module is built (the file removed, the
-    DKMS package reinstalled) the same ``up`` reboots the host into the new driver."""
+    """gpu02 with DKMS's autoinstall disabled (``/etc/dkms/no-autoinstall``): ``upgrade-driver
+    --to 580.126.20`` drains it and installs the packages (the old module goes with the old
+    package, the new one is not built), then stops at its install step on the module the next
+    boot needs, naming the kernel and why, before its reboot step: the old driver keeps running.
+    ``up`` with reboots allowed asks the same while the reboot is owed. Once the module is built
+    (the file removed, the DKMS package reinstalled) that ``up`` reboots the host into it."""
     kernel = sh(ulab, "gpu02", "uname -r").strip()
     put = ("up", "-i", baseline, "--limit", "gpu02", "-e", "nvidia_driver_reboot=if_required",
            "--out-of-service", "-e", "nvidia_driver_version=580.126.20")  # fmt: skip
     module = f"/lib/modules/{kernel}/updates/dkms/nvidia.ko"
     assert sh(ulab, "gpu02", f"modinfo -F version {module}").strip() == BASELINE
     boot = sh(ulab, "gpu02", "cat /proc/sys/kernel/random/boot_id")
+    why = (
+        f"the host's next boot starts kernel {kernel} (the running kernel; no other is installed), "
+        "which has no NVIDIA module on disk: /etc/dkms/no-autoinstall is present, so the packages' "
+        f"DKMS step built nothing: run `dkms autoinstall -k {kernel}` or remove that file and "
+        "reinstall the driver; it would come back from a reboot without its driver, so it is not "
+        "rebooted (its loaded driver keeps running until then)"
+    )
+
+    def not_rebooted() -> None:
+        assert sh(ulab, "gpu02", "cat /proc/sys/kernel/random/boot_id") == boot
+        assert loaded(ulab, "gpu02") == BASELINE
+        assert sh(ulab, "gpu02", f"ls {module} 2>/dev/null || true").strip() == ""
+
     sh(ulab, "gpu02", "mkdir -p /etc/dkms && touch /etc/dkms/no-autoinstall")
+    report = None
     try:
-        for attempt in ("install", "again"):
-            proc = gpumon(*put, "--output", "json")
-            assert proc.returncode == 1, (attempt, proc.stderr[-3000:])
-            tasks = json.loads(proc.stdout)["hosts"]["gpu02"]["tasks"]
-            done = {t["task"]: t for t in tasks if t["role"] == "nvidia_driver"}
-            built = done[
-                "the module of driver 580.126.20 is built for the kernel the next boot starts"
-            ]
-            assert built["status"] == "failed", attempt
-            assert " ".join(built["error"].split()) == (
-                f"driver 580.126.20's packages are installed, but the host's next boot starts "
-                f"kernel {kernel} (the running kernel; no other is installed), which has no NVIDIA "
-                "module on disk: /etc/dkms/no-autoinstall is present, so the packages' DKMS step "
-                f"built nothing: run `dkms autoinstall -k {kernel}` or remove that file and "
-                "reinstall the driver; it would come back from a reboot without its driver, so it "
-                "is not rebooted (its loaded driver keeps running until then)"
-            ), attempt
-            assert not any(n.startswith("reboot into driver") for n in done), attempt
-            assert sh(ulab, "gpu02", "cat /proc/sys/kernel/random/boot_id") == boot
-            assert loaded(ulab, "gpu02") == BASELINE
-            assert "nvidia-smi" in packages(ulab, "gpu02")
-            assert sh(ulab, "gpu02", f"ls {module} 2>/dev/null || true").strip() == ""
+        proc = gpumon(
+            "upgrade-driver", "-i", baseline, "--to", "580.126.20", "--limit", "gpu02",
+            "--output", "json", *DRAIN_ARGS, env={"GPUMON_ROLLOUT_STATE_DIR": str(tmp_path)},
+        )  # fmt: skip
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        report = json.loads(proc.stdout)
+        host = report["hosts"]["gpu02"]
+        assert (host["state"], host["failed_step"]) == ("failed", "installing"), host
+        said = " ".join(host["reason"].split())
+        assert (
+            "the module of driver 580.126.20 is built for the kernel the next boot starts" in said
+        )
+        assert why in said
+        assert [s for s, _ in host["history"]][-2:] == ["installing", "failed"]
+        not_rebooted()
+        assert sh(ulab, "mon01", f"ls {MARKERS}").split() == ["gpu02"]  # left drained
+        assert "nvidia-smi" in packages(ulab, "gpu02")
+        # up, reboots allowed, the packages at plan now: asked again since the reboot is owed
+        proc = gpumon(*put, "--output", "json")
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        tasks = json.loads(proc.stdout)["hosts"]["gpu02"]["tasks"]
+        done = {t["task"]: t for t in tasks if t["role"] == "nvidia_driver"}
+        built = done["the module of driver 580.126.20 is built for the kernel the next boot starts"]
+        assert built["status"] == "failed"
+        assert (
+            " ".join(built["error"].split())
+            == f"driver 580.126.20's packages are installed, but {why}"
+        )
+        assert not any(n.startswith("reboot into driver") for n in done)
+        not_rebooted()
         flavour = sh(
             ulab,
             "gpu02",
@@ -498,6 +520,10 @@ def test_a_host_whose_dkms_built_no_module_is_not_rebooted_into_a_kernel_without
         assert sh(ulab, "gpu02", "cat /proc/sys/kernel/random/boot_id") != boot
     finally:
         sh(ulab, "gpu02", "rm -f /etc/dkms/no-autoinstall")
+        sh(ulab, "mon01", f"rm -rf {MARKERS}")
+        if report is not None:
+            for sid in report["hosts"]["gpu02"]["silence_ids"]:
+                http_json(f"{am_url(inventory)}/api/v2/silence/{sid}", method="DELETE")
         proc = gpumon(*put[:-1], f"nvidia_driver_version={BASELINE}")
         assert proc.returncode == 0, proc.stderr[-4000:]
     assert loaded(ulab, "gpu02") == BASELINE
