@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from deployer.connection import LocalConnection
 from deployer.lab.gpusim.standins import dkms
 from deployer.modules import boot_loader, driver_module
 from deployer.modules.base import ArgError
@@ -60,19 +59,12 @@ def grub(root: Path, default: str) -> None:
 
 
 def problem(root: Path, running: str = RUNNING, newest: str = NEWEST) -> str | None:
-    result = LocalConnection().run(
-        boot_loader.script(str(root)) + driver_module.script(str(root)), timeout=30
-    )
+    """The check's verdict, its read run under ``root`` and parsed as the module parses it."""
+    args = {"version": WANT, "running": running, "newest": newest}
+    scripts = (boot_loader.script, driver_module.script)
+    result = rooted.UnderRoot(str(root), *scripts).run(DriverModuleBuilt().read_script(args))
     assert result.rc == 0, result.stderr
-    lines = result.stdout.splitlines()
-    cut = lines.index(driver_module.MARK)
-    return driver_module.judge(
-        boot_loader.parse(lines[:cut]),
-        driver_module.parse(lines[cut + 1 :]),
-        WANT,
-        running,
-        newest or None,
-    )
+    return DriverModuleBuilt().parse(args, result)["problem"] or None
 
 
 def converge(root: Path, check: bool = False):
