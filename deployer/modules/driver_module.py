@@ -101,6 +101,26 @@ def parse(lines: Iterable[str]) -> ModulesRead:
     return ModulesRead(kernels, modinfo, no_autoinstall)
 
 
+@dataclass(frozen=True)
+class HostRead:
+    """One reading of a host (:func:`host_script`): its boot loader and its modules on disk."""
+
+    boot: boot_loader.BootLoader
+    modules: ModulesRead
+
+
+def host_script(root: str = "") -> str:
+    """The one round trip: the boot loader as ``boot_loader`` reads it, then :func:`script`."""
+    return boot_loader.script(root) + script(root)
+
+
+def read_host(stdout: str) -> HostRead:
+    """:func:`host_script`'s output, read."""
+    lines = stdout.splitlines()
+    cut = lines.index(MARK) if MARK in lines else len(lines)
+    return HostRead(boot_loader.parse(lines[:cut]), parse(lines[cut + 1 :]))
+
+
 def target(boot: boot_loader.BootLoader, running: str, newest: str | None) -> tuple[str, str]:
     """(the kernel the next boot starts, how that is known) -- see the module docstring."""
     nxt = boot_loader.next_boot(boot, running, newest)
@@ -172,14 +192,13 @@ class DriverModuleBuilt(ReadOnlyCheck):
             raise ArgError("running", "the running kernel's release is needed")
 
     def read_script(self, args: dict[str, Any]) -> str:
-        return boot_loader.script() + script()
+        return host_script()
 
     def parse(self, args: dict[str, Any], result: CommandResult) -> dict[str, Any]:
-        lines = result.stdout.splitlines()
-        cut = lines.index(MARK) if MARK in lines else len(lines)
+        read = read_host(result.stdout)
         problem = judge(
-            boot_loader.parse(lines[:cut]),
-            parse(lines[cut + 1 :]),
+            read.boot,
+            read.modules,
             args["version"],
             args["running"],
             args["newest"] or None,

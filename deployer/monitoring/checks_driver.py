@@ -8,11 +8,17 @@ still has the old library mapped, so the metrics (driver label included) look he
 the host itself can tell. Status therefore reads it on the host, through the engine's own facts
 (``deployer.facts``: nvidia-smi's answer, the installed package, the loaded module's
 ``/proc/driver/nvidia/version``), read-only, with no second parser.
+
+A second row per GPU host asks whether the next boot will load that driver at all
+(:func:`module_check`): the module on disk for the kernel that boot starts, read as the driver
+role reads it before a reboot (``deployer.modules.driver_module``), one more round trip.
 """
 
 from __future__ import annotations
 
 from deployer.facts import HostFacts
+from deployer.modules import driver_module
+from deployer.modules.driver_module import HostRead
 from deployer.monitoring.check import FAILED, OK, Check
 
 COMPONENT = "driver"
@@ -68,3 +74,63 @@ def driver_check(host: str, facts: HostFacts | None, error: str | None) -> Check
         OK,
         f"{facts.driver_smi or facts.driver_loaded}, {len(facts.gpus)} GPU(s) listed by nvidia-smi",
     )
+
+
+MODULE_CHECK = "next boot has the driver's module"
+
+
+def reads_modules(facts: HostFacts) -> bool:
+    """Whether status reads the next boot's module on this host (:func:`module_check` judges):
+    a driver installed, on a Debian-family host whose running kernel is known."""
+    return bool(facts.driver_installed) and facts.os_family == "debian" and bool(facts.kernel)
+
+
+def driver_rows(
+    host: str,
+    facts: HostFacts | None,
+    error: str | None,
+    modules: tuple[HostRead | None, str | None],
+) -> list[Check]:
+    """A GPU host's driver rows: NVML's, then the next boot's module (where judged)."""
+    module = module_check(host, facts, *modules)
+    return [driver_check(host, facts, error), *([module] if module is not None else [])]
+
+
+def module_check(
+    host: str, facts: HostFacts | None, read: HostRead | None, error: str | None
+) -> Check | None:
+    """Will the host's next boot load the installed driver? The NVIDIA module of the installed
+    driver must be on disk for the kernel that boot starts (``deployer.modules.driver_module``,
+    the check the driver role asks before it reboots, judged here on every run): a kernel
+    installed after the driver -- an unattended upgrade, an administrator's ``apt upgrade`` --
+    without its headers, or with DKMS's autoinstall off, gets no module, and the host runs fine
+    until a reboot (its own, a power cut, a rollout's) brings it back with no driver. None (no
+    row) where there is nothing to judge: the host not read (the NVML row says why) or no driver
+    installed (the NVML row fails)."""
+    if facts is None or facts.driver_installed is None:
+        return None
+    version = facts.driver_installed
+    if facts.os_family != "debian" or not facts.kernel:
+        what = (
+            f"{facts.os_id or 'this OS'} is not of the Debian family, whose dkms and GRUB "
+            "layout are what is read"
+            if facts.kernel
+            else "the running kernel could not be read"
+        )
+        return Check(COMPONENT, host, MODULE_CHECK, OK, f"not judged: {what}")
+    if read is None:
+        return Check(COMPONENT, host, MODULE_CHECK, FAILED, f"cannot read: {error}")
+    newest = facts.newest_kernel or None
+    problem = driver_module.judge(read.boot, read.modules, version, facts.kernel, newest)
+    if problem is not None:
+        return Check(
+            COMPONENT, host, MODULE_CHECK, FAILED,
+            f"driver {version} is installed, but the host's next boot starts {problem}; until "
+            "then a reboot (an operator's, a power cut, a rollout's) brings it back without "
+            "its driver",
+        )  # fmt: skip
+    kernel, how = driver_module.target(read.boot, facts.kernel, newest)
+    return Check(
+        COMPONENT, host, MODULE_CHECK, OK,
+        f"kernel {kernel} ({how}) has driver {version}'s module on disk",
+    )  # fmt: skip

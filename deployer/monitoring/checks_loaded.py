@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from deployer.monitoring.check import FAILED, OK, Check, clock
+from deployer.monitoring.check import FAILED, OK, Check, clock, parse_time
+from deployer.monitoring.http import Fetch, api_data
 
 PROM_RELOAD_OK = "prometheus_config_last_reload_successful"
 PROM_RELOAD_TS = "prometheus_config_last_reload_success_timestamp_seconds"
@@ -51,6 +52,25 @@ ALERTMANAGER_GAUGES = (AM_HASH, AM_RELOAD_OK, AM_RELOAD_TS, START)
 CHECK = "loaded config = on disk"
 
 _GLOB_SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-*?")
+
+
+def replica_started(fetch: Fetch, url: str, gauges: Mapping[str, float] | None) -> float | None:
+    """When the replica's process started, as a bound every sample its predecessor wrote is
+    older than: ``startTime`` of ``/api/v1/status/runtimeinfo``, the web handler's ``time.Now()``
+    taken before the TSDB opens and before the first scrape (prometheus v2.42.0
+    ``web/web.go:294,709``, ``cmd/prometheus/main.go:684`` vs ``:894``, 225c611).
+
+    Not ``process_start_time_seconds``: client_golang derives it from ``/proc/stat`` ``btime``,
+    whole seconds (proc(5)), so it is up to one second early (0.88 s on the lab's kernel), and a
+    sample the stopped replica took just before its stop passed for one of the new process's.
+    That gauge, plus that second, is the fallback when runtimeinfo does not answer."""
+    data, err = api_data(fetch, f"{url}/api/v1/status/runtimeinfo")
+    if err is None and isinstance(data, dict):
+        birth = parse_time(str(data.get("startTime") or ""))
+        if birth is not None:
+            return birth
+    start = gauges.get(START) if gauges is not None else None
+    return None if start is None else start + 1.0
 
 
 def _path_arg(path: str) -> str:

@@ -38,6 +38,10 @@ fails, naming the host and the cause, when:
 - driver ``NVML: loaded driver = installed``: nvidia-smi cannot initialise NVML (version
   mismatch: reboot owed), or the loaded kernel module is not the installed driver
   (checks_driver.py);
+  ``next boot has the driver's module``: the kernel the host's next boot starts (its GRUB
+  pick, else the newest installed kernel) has no NVIDIA module of the installed driver on disk
+  -- a kernel installed later without headers, DKMS's autoinstall off --, so a reboot would
+  bring it back without its driver (checks_driver.py; Debian family);
 - thanos ``ready`` / ``every sidecar a store``;
 - slurm (GPU hosts with ``gpumon_scheduler: slurm``): a node left drained by a rollout no
   controller drives any more, or a GPU busy with no Slurm job (slurm.py);
@@ -69,9 +73,11 @@ import yaml
 from deployer.connection import Connection, ConnectionPool, SSHConnection
 from deployer.executor import DEFAULT_FORKS
 from deployer.facts import HostFacts, gather
+from deployer.modules import driver_module
+from deployer.modules.driver_module import HostRead
 from deployer.monitoring import checks_global
 from deployer.monitoring.check import FAILED, OK, PENDING, Check, clock, parse_time, worst
-from deployer.monitoring.checks_driver import driver_check
+from deployer.monitoring.checks_driver import driver_rows, reads_modules
 from deployer.monitoring.checks_gpus import (
     RECORD_METRIC,
     expected_counts,
@@ -92,6 +98,7 @@ from deployer.monitoring.checks_loaded import (
     parse_alertmanager,
     parse_mtimes,
     prometheus_check,
+    replica_started,
     rule_set,
     same_alertmanager_config_check,
     same_rules_check,
@@ -159,29 +166,12 @@ class _Obs:
     )
     am_disk: dict[str, tuple[AlertmanagerDisk | None, str | None]] = field(default_factory=dict)
     facts: dict[str, tuple[HostFacts | None, str | None]] = field(default_factory=dict)
+    # GPU host -> its boot loader and modules on disk (driver_module.read_host) | why not
+    modules: dict[str, tuple[HostRead | None, str | None]] = field(default_factory=dict)
     records: dict[str, int | None] = field(default_factory=dict)  # GPU node -> what up recorded
     scraped_records: dict[str, dict[str, int]] = field(default_factory=dict)  # replica -> node -> N
     slurm: Any = None  # monitoring.slurm.SlurmObservation, when the inventory opts in
     runs: list[RunInfo] = field(default_factory=list)  # the inventory's upgrade-driver runs
-
-
-def replica_started(fetch: Fetch, url: str, gauges: Mapping[str, float] | None) -> float | None:
-    """When the replica's process started, as a bound every sample its predecessor wrote is
-    older than: ``startTime`` of ``/api/v1/status/runtimeinfo``, the web handler's ``time.Now()``
-    taken before the TSDB opens and before the first scrape (prometheus v2.42.0
-    ``web/web.go:294,709``, ``cmd/prometheus/main.go:684`` vs ``:894``, 225c611).
-
-    Not ``process_start_time_seconds``: client_golang derives it from ``/proc/stat`` ``btime``,
-    whole seconds (proc(5)), so it is up to one second early (0.88 s on the lab's kernel), and a
-    sample the stopped replica took just before its stop passed for one of the new process's.
-    That gauge, plus that second, is the fallback when runtimeinfo does not answer."""
-    data, err = api_data(fetch, f"{url}/api/v1/status/runtimeinfo")
-    if err is None and isinstance(data, dict):
-        birth = parse_time(str(data.get("startTime") or ""))
-        if birth is not None:
-            return birth
-    start = gauges.get(START) if gauges is not None else None
-    return None if start is None else start + 1.0
 
 
 def _observe_replica(
@@ -261,7 +251,11 @@ def _observe_host(
             out, err = _on_host(conn, alertmanager_command(peer.config_file, peer.templates))
             obs.am_disk[host] = (parse_alertmanager(out) if out is not None else None, err)
         if gpu:
-            obs.facts[host] = (gather(conn), None)
+            facts = gather(conn)
+            obs.facts[host] = (facts, None)
+            if reads_modules(facts):
+                out, err = _on_host(conn, driver_module.host_script())
+                obs.modules[host] = (driver_module.read_host(out) if out is not None else None, err)
         if record is not None:
             out, _ = _on_host(conn, record_command(record))
             obs.records[host] = parse_record(out or "")
@@ -273,6 +267,7 @@ def _observe_host(
             obs.am_disk.setdefault(host, (None, why))
         if gpu:
             obs.facts.setdefault(host, (None, why))
+            obs.modules.setdefault(host, (None, why))
         if conn is not None:
             conn.close()
 
@@ -638,7 +633,7 @@ def judge(exp: StackExpectation, obs: _Obs, *, now: float, with_hosts: bool) -> 
     if with_hosts:
         for host in exp.gpu_hosts:
             found, err = obs.facts.get(host, (None, "not read"))
-            checks.append(driver_check(host, found, err))
+            checks.extend(driver_rows(host, found, err, obs.modules.get(host, (None, err))))
         if exp.slurm is not None:
             from deployer.monitoring import slurm
 
