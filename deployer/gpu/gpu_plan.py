@@ -230,10 +230,14 @@ def module_check(
     """The nvidia_driver role's check, after the packages and before any reboot, that DKMS built
     the planned driver's module for the kernel the next boot starts (module driver_module):
     ``asked`` on a Debian-family host whose running kernel facts know, where the driver's
-    packages change (``changes``) or the loaded module is not the planned driver (a reboot is
-    owed: a run after one that failed this check, or an operator's install, asks again)."""
+    packages change (``changes``), the loaded module is not the planned driver (a reboot is
+    owed: a run after one that failed this check, or an operator's install, asks again), or the
+    role installs a kernel's headers (``view["kernel_headers"]``: a kernel put in after the
+    driver without them, e.g. by an unattended upgrade; their package's hook has DKMS build the
+    module for it, and this says whether it did)."""
     owed = facts.get("driver_loaded") != view["driver_version"]
-    asked = facts.get("os_family") == "debian" and bool(facts.get("kernel")) and (changes or owed)
+    moved = changes or owed or bool(view.get("kernel_headers"))
+    asked = facts.get("os_family") == "debian" and bool(facts.get("kernel")) and moved
     return {"asked": asked}
 
 

@@ -325,14 +325,24 @@ BUILT = r"^the module of driver 595\.45\.04 is built for the kernel the next boo
         ({**RUNNING, "packages": AT_PLAN}, True),  # nothing loaded: the next boot loads it
         (
             {**RUNNING, "kernel_headers": False, "packages": AT_PLAN, "driver_loaded": "595.45.04"},
-            False,
-        ),  # headers only
+            True,
+        ),  # the running kernel's headers installed: their hook builds its module
+        (
+            {
+                **RUNNING,
+                "newest_kernel_headers": False,
+                "packages": AT_PLAN,
+                "driver_loaded": "595.45.04",
+            },
+            True,
+        ),  # a kernel put in later without headers: the same
         ({**DEBIAN, "packages": {}}, False),  # the running kernel unknown: nothing to judge by
         ({**ROCKY, "kernel": "5.14.0-427.el9.x86_64"}, False),  # Debian's dkms only
     ],
 )
 def test_the_built_module_is_asked_between_the_packages_and_the_reboot(facts, asked):
-    tasks = planned(H100, {**facts, **NEWER})
+    facts = {**NEWER, "newest_kernel_headers": True, **facts}
+    tasks = planned(H100, facts)
     assert (not absent(tasks, BUILT)) is asked
     if asked:
         names = list(tasks)
@@ -346,12 +356,17 @@ def test_the_built_module_is_asked_between_the_packages_and_the_reboot(facts, as
         assert names.index(task(tasks, r"^driver 595\.45\.04 ").name) < names.index(built.name)
         loaded = task(tasks, "^the loaded kernel module is driver")
         assert names.index(built.name) < names.index(loaded.name)
-        rebooting = list(
-            planned({**H100, "nvidia_driver_reboot": "if_required"}, {**facts, **NEWER})
-        )
+        rebooting = list(planned({**H100, "nvidia_driver_reboot": "if_required"}, facts))
         assert rebooting.index(built.name) < rebooting.index(
             next(n for n in rebooting if n.startswith("reboot into driver"))
         )
+
+
+def test_a_site_that_installs_headers_itself_is_not_asked_for_a_module_it_did_not_touch():
+    """nvidia_driver_kernel_headers false: no headers task, so at plan nothing is asked."""
+    facts = {**RUNNING, **NEWER, "packages": AT_PLAN, "driver_loaded": "595.45.04"}
+    assert absent(planned({**H100, "nvidia_driver_kernel_headers": False}, facts), BUILT)
+    assert not absent(planned(H100, facts), BUILT)
 
 
 def test_nvidia_driver_kernel_headers_must_be_a_boolean():
