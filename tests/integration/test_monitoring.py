@@ -13,7 +13,10 @@ the lab's inventory and the product's site, checked through the stack's own HTTP
 - a valid rule change and a config promtool refuses in one run: ``status`` names the replica that
   runs something other than its disk, or the pair evaluating different rules; ``up`` heals it;
 - a driver package changed on a GPU host without a reboot: ``status`` names the host's NVML
-  version mismatch while its exporter still looks healthy; the package restored: green.
+  version mismatch while its exporter still looks healthy; the package restored: green;
+- a newer kernel put on a GPU host after its driver, without headers: ``status`` names the host's
+  next boot, which would start without the driver; ``up`` installs the headers, DKMS builds the
+  module, ``up`` checks it: green.
 
 Runs on the session ``lab`` fixture. While developing, ``GPUMON_MONITORING_LAB=<name>`` runs it on
 a lab of that name that is already up instead (it is neither started nor stopped here).
@@ -35,6 +38,7 @@ import yaml
 
 from deployer import rule_pack
 from deployer.lab import Lab
+from deployer.lab.gpusim import catalog
 from deployer.monitoring.http import http_fetch
 from tests.integration.labtools import (
     WebhookReceiver,
@@ -713,6 +717,66 @@ def test_a_driver_package_changed_without_a_reboot_fails_status_naming_the_host(
         assert restore.returncode == 0, restore.stdout + restore.stderr
     rc, data = status_json(inventory, "--wait", "120")
     assert rc == 0, why(data)
+
+
+def test_a_kernel_installed_after_the_driver_without_headers_fails_status_until_up_builds_it(
+    deployed, mlab, inventory, stack_vars
+):
+    """A GPU host whose driver runs gets a newer kernel after the driver (an unattended upgrade:
+    its ``/boot/config-*`` and ``/lib/modules`` directory, no headers), so DKMS built no module
+    for the kernel its next boot starts: ``status`` fails the host's next-boot row naming the
+    kernel and the missing headers, while NVML's row stays ok. ``up`` installs that kernel's
+    headers (the nvidia_driver role), whose hook has DKMS build the module, and checks it is
+    there; status is green again."""
+    host = hosts_in(mlab, "gpu")[0].name
+    running = mlab.ssh(host, "uname -r").stdout.strip()
+    later = catalog.later_kernel(running)
+    made = f"/boot/config-{later} /boot/vmlinuz-{later} /lib/modules/{later}"
+    assert mlab.ssh(host, f"ls -d {made} 2>/dev/null || true").stdout.strip() == ""
+    installed = mlab.ssh(host, "dpkg-query -W -f='${Version}' nvidia-open").stdout.split("-")[0]
+    put = mlab.ssh(host, f"touch /boot/config-{later} /boot/vmlinuz-{later} && "
+                         f"mkdir -p /lib/modules/{later}/kernel")  # fmt: skip
+    assert put.returncode == 0, put.stderr
+    try:
+        rc, data = status_json(inventory)
+        assert rc == 1
+        assert [(c["component"], c["host"], c["check"]) for c in data["failed"]] == [
+            ("driver", host, "next boot has the driver's module")
+        ], why(data)
+        assert " ".join(data["failed"][0]["detail"].split()) == (
+            f"driver {installed} is installed, but the host's next boot starts kernel {later} "
+            "(the newest installed kernel, which a boot loader's default starts), which has no "
+            f"NVIDIA module on disk: its headers (linux-headers-{later}) are not installed, so "
+            "DKMS built nothing for it: install them (nvidia_driver_kernel_headers) and DKMS "
+            "builds it; until then a reboot (an operator's, a power cut, a rollout's) brings it "
+            "back without its driver"
+        )
+        proc = gpumon("up", "-i", str(inventory), "--limit", host, "--output", "json",
+                      *stack_vars)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        tasks = json.loads(proc.stdout)["hosts"][host]["tasks"]
+        done = {t["task"]: t["status"] for t in tasks if t["role"] == "nvidia_driver"}
+        headers = (
+            f"kernel headers linux-headers-{later}, which DKMS builds the driver's module against"
+        )
+        assert done[headers] == "changed", done
+        built = f"the module of driver {installed} is built for the kernel the next boot starts"
+        assert done[built] == "ok", done
+        assert [t for t, st in done.items() if st == "changed"] == [headers], done
+        on_disk = mlab.ssh(host, f"modinfo -k {later} -F version nvidia").stdout.strip()
+        assert on_disk == installed
+        rc, data = status_json(inventory, "--wait", "120")
+        assert rc == 0, why(data)
+        row = next(c for c in data["checks"] if c["host"] == host
+                   and c["check"] == "next boot has the driver's module")  # fmt: skip
+        assert row["detail"] == (
+            f"kernel {later} (the newest installed kernel, which a boot loader's default "
+            f"starts) has driver {installed}'s module on disk"
+        )
+    finally:
+        gone = mlab.ssh(host, "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "
+                        f"linux-headers-{later} >/dev/null 2>&1; rm -rf {made}")  # fmt: skip
+        assert gone.returncode == 0, gone.stderr
 
 
 def test_a_gpu_lost_while_a_replica_was_down_is_missing_there_after_its_restart(

@@ -224,6 +224,35 @@ def test_the_lab_kernels_headers_stand_in_holds_what_dkms_tests_for(debs) -> Non
     assert field(deb, "Depends") == ""  # no driver package depends on it, as NVIDIA's do not
 
 
+def test_a_later_kernels_headers_stand_in_is_there_for_a_kernel_installed_after_the_driver(
+    debs,
+) -> None:
+    # a lab test puts that kernel on a host (an unattended upgrade); the nvidia_driver role then
+    # installs its headers, whose postinst has the simulated DKMS build the module for it
+    later = catalog.later_kernel(catalog.lab_kernel())
+    assert later != catalog.lab_kernel()
+    deb = debs[f"linux-headers-{later}_{catalog.HEADERS_VERSION}_amd64.deb"]
+    assert f"/lib/modules/{later}/build/include/GPUSIM-STAND-IN" in contents(deb)
+    assert "a later kernel, never booted" in field(deb, "Description")
+    postinst = subprocess.run(["dpkg-deb", "-I", str(deb), "postinst"], capture_output=True,
+                              text=True, check=True).stdout  # fmt: skip
+    assert f"run-parts --report --exit-on-error --arg={later} /etc/kernel/header_postinst.d" in (
+        postinst
+    )
+
+
+@pytest.mark.parametrize(
+    ("release", "later"),
+    [("6.18.44-fc-v1272", "6.18.45-fc-v1272"), ("6.1.0-28-amd64", "6.1.1-28-amd64"),
+     ("5.15.0", "5.15.1")],
+)  # fmt: skip
+def test_the_later_kernel_is_newer_as_dkms_compares_kernels(release, later) -> None:
+    from deployer.facts import newest_kernel
+
+    assert catalog.later_kernel(release) == later
+    assert newest_kernel(release, [release, later]) == later
+
+
 def test_the_mirror_is_rebuilt_for_another_kernel(monkeypatch) -> None:
     from deployer.lab import mirror
 

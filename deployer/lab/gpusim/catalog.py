@@ -444,7 +444,19 @@ def lab_kernel() -> str:
     return platform.release()
 
 
-def kernel_headers_package(release: str) -> Deb:
+def later_kernel(release: str) -> str:
+    """A kernel release newer than ``release`` by one at its version's last number
+    (``6.18.44-fc-v1272`` -> ``6.18.45-fc-v1272``): the kernel a lab test installs on a host
+    after its driver, as an unattended upgrade would (its ``/boot/config-*`` and
+    ``/lib/modules`` only: the lab's hosts never boot it)."""
+    version, dash, rest = release.partition("-")
+    head, _, last = version.rpartition(".")
+    digits = last[: len(last) - len(last.lstrip("0123456789"))]
+    bumped = f"{int(digits or 0) + 1}{last[len(digits) :]}"
+    return f"{head}.{bumped}{dash}{rest}" if head else f"{bumped}{dash}{rest}"
+
+
+def kernel_headers_package(release: str, which: str = "the lab machine's kernel") -> Deb:
     """A stand-in for ``linux-headers-<release>`` of the lab machine's kernel, which no Debian
     archive carries (a cloud or VM kernel): the nvidia_driver role installs the running kernel's
     headers before the driver, as DKMS needs them, and a host without them is refused by
@@ -452,7 +464,7 @@ def kernel_headers_package(release: str) -> Deb:
     (``/lib/modules/<release>/build/include``), and runs the kernel's header hooks as Debian's
     does, so the simulated DKMS builds its module stand-in for this kernel."""
     deb = Deb(f"linux-headers-{release}", HEADERS_VERSION,
-              f"Header files for Linux {release} (the lab machine's kernel)",
+              f"Header files for Linux {release} ({which})",
               section="kernel")  # fmt: skip
     deb.add(
         f"/lib/modules/{release}/build/include/GPUSIM-STAND-IN",
@@ -469,8 +481,8 @@ def kernel_headers_package(release: str) -> Deb:
 
 
 def all_packages() -> list[Deb]:
-    """Every package of the simulated repository; the kernel headers' stand-in is of
-    :func:`lab_kernel`."""
+    """Every package of the simulated repository; the kernel headers' stand-ins are of
+    :func:`lab_kernel` and of the :func:`later_kernel` after it."""
     debs: list[Deb] = []
     for d in DRIVERS:
         debs.extend(driver_packages(d))
@@ -479,4 +491,7 @@ def all_packages() -> list[Deb]:
     for e in EXPORTERS:
         debs.append(exporter_package(e))
     debs.append(kernel_headers_package(lab_kernel()))
+    # and of a later kernel, which the lab's hosts never boot: a test puts that kernel on a host
+    # after its driver (an unattended upgrade) and the nvidia_driver role installs its headers
+    debs.append(kernel_headers_package(later_kernel(lab_kernel()), "a later kernel, never booted"))
     return debs
