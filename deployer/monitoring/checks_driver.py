@@ -17,7 +17,7 @@ role reads it before a reboot (``deployer.modules.driver_module``), one more rou
 from __future__ import annotations
 
 from deployer.facts import HostFacts
-from deployer.modules import driver_module
+from deployer.modules import boot_loader, driver_module
 from deployer.modules.driver_module import HostRead
 from deployer.monitoring.check import FAILED, OK, Check
 
@@ -130,7 +130,10 @@ def module_check(
             "its driver",
         )  # fmt: skip
     kernel, how = driver_module.target(read.boot, facts.kernel, newest)
+    # where GRUB's pick cannot be told (an entry by number without grub.cfg ...), say so
+    note = boot_loader.next_boot(read.boot, facts.kernel, newest).note
     return Check(
         COMPONENT, host, MODULE_CHECK, OK,
-        f"kernel {kernel} ({how}) has driver {version}'s module on disk",
+        f"kernel {kernel} ({how}) has driver {version}'s module on disk"
+        + (f"; but {note}" if note else ""),
     )  # fmt: skip

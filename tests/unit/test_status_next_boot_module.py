@@ -117,6 +117,20 @@ def test_a_kernel_installed_later_without_its_headers_fails_before_any_reboot(tm
     ))  # fmt: skip
 
 
+def test_a_boot_loader_whose_pick_cannot_be_told_is_said_beside_an_ok(tmp_path):
+    """GRUB_DEFAULT by number and no grub.cfg to count in: the newest kernel is judged (what a
+    default boots), and the row says the boot loader's pick could not be told."""
+    kernel(tmp_path, RUNNING, module=INSTALLED)
+    (tmp_path / "etc/default").mkdir(parents=True)
+    (tmp_path / "etc/default/grub").write_text("GRUB_DEFAULT=2\n")
+    row = module_row(rows(tmp_path, facts(kernels=f"installed_kernel={RUNNING} yes\n"))[0])
+    assert row.state == OK
+    assert row.detail.startswith(
+        f"kernel {RUNNING} (the running kernel; no other is installed) has driver {INSTALLED}'s "
+        "module on disk; but which kernel its reboot boots cannot be told (GRUB_DEFAULT="
+    ), row.detail
+
+
 def test_dkms_autoinstall_off_after_a_kernel_update_is_named_with_the_command(tmp_path):
     kernel(tmp_path, RUNNING, module=INSTALLED)
     kernel(tmp_path, NEWEST)
