@@ -404,8 +404,9 @@ def _gpusim() -> Any:
     return gpusim if hasattr(gpusim, "build_packages") else None
 
 
-def gpusim_digest() -> str | None:
-    """A digest of the GPU simulation's sources (a change rebuilds the CUDA-layout repo)."""
+def gpusim_digest(box_kernels: tuple[str, ...] = ()) -> str | None:
+    """A digest of the GPU simulation's sources and the kernels its headers' stand-ins are of
+    (a change rebuilds the CUDA-layout repo)."""
     root = Path(__file__).with_name("gpusim")
     if not root.is_dir():
         return None
@@ -413,6 +414,8 @@ def gpusim_digest() -> str | None:
 
     digest = hashlib.sha256()
     digest.update(lab_kernel().encode())  # the kernel headers' stand-in is of this kernel
+    for release in sorted(box_kernels):  # and of these (a Vagrant box's)
+        digest.update(b"\0" + release.encode())
     for path in sorted(root.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
             digest.update(str(path.relative_to(root)).encode())
@@ -420,16 +423,26 @@ def gpusim_digest() -> str | None:
     return digest.hexdigest()[:16]
 
 
-def ensure_mirror(log: Path | None = None) -> dict[str, Any]:
-    """Build whatever part of the mirror is missing or out of date. Returns its manifest."""
+def ensure_mirror(log: Path | None = None, box_kernels: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Build whatever part of the mirror is missing or out of date. Returns its manifest.
+    ``box_kernels``: the kernels of the lab's Vagrant box, whose headers' stand-in the
+    simulated repository carries from then on (added to those of earlier calls, kept in the
+    manifest, so a lab that names none does not rebuild it without them)."""
     with cache_lock("mirror"):
         try:
-            return _ensure_mirror(log)
+            return _ensure_mirror(log, box_kernels)
         finally:
             _stop_gpg_agent()
 
 
-def _ensure_mirror(log: Path | None) -> dict[str, Any]:
+def kept_box_kernels(manifest: dict[str, Any], asked: tuple[str, ...]) -> tuple[str, ...]:
+    """The box kernels the simulated repository carries headers of: those it carried (the
+    manifest's) and those asked now, sorted: a lab naming none keeps what a Vagrant cluster
+    added, so the two do not rebuild it in turn."""
+    return tuple(sorted({*(manifest.get("box_kernels") or []), *asked}))
+
+
+def _ensure_mirror(log: Path | None, box_kernels: tuple[str, ...] = ()) -> dict[str, Any]:
     site = site_dir()
     site.mkdir(parents=True, exist_ok=True)
     manifest_path = mirror_dir() / "manifest.json"
@@ -444,13 +457,14 @@ def _ensure_mirror(log: Path | None) -> dict[str, Any]:
     (keys / KEY_NAME).write_bytes(key)
 
     sim = _gpusim()
-    sim_key = gpusim_digest() if sim is not None else None
+    kernels = kept_box_kernels(manifest, box_kernels)
+    sim_key = gpusim_digest(kernels) if sim is not None else None
     if sim is not None and manifest.get("cuda_key") != sim_key:
         repo = site / CUDA_PATH
         staging = mirror_dir() / "cuda-staging"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        built = sim.build_packages(staging)
+        built = sim.build_packages(staging, kernels)
         if not built:
             raise MirrorError("gpusim.build_packages() built no package")
         write_flat_repo(staging, "gpumon-lab simulated CUDA repository (simulation)")
@@ -459,6 +473,7 @@ def _ensure_mirror(log: Path | None) -> dict[str, Any]:
         repo.parent.mkdir(parents=True, exist_ok=True)
         staging.rename(repo)
         manifest["cuda_key"] = sim_key
+        manifest["box_kernels"] = list(kernels)
         manifest["cuda_packages"] = sorted(p.name for p in built)
         manifest.pop("debian_key", None)  # their dependencies join the Debian closure
     elif sim is None:

@@ -126,14 +126,11 @@ def vagrant_inventory(
     # Each VM has its own key and user in ssh-config; no lab-wide defaults apply.
     del all_vars["ansible_ssh_private_key_file"]
     del all_vars["ansible_user"]
-    # The VMs boot Debian's kernel, whose headers the lab's offline mirror does not carry (its
-    # stand-ins are of the lab machine's kernel and a later one, gpusim.catalog
-    # .kernel_headers_package): the nvidia_driver role leaves the headers alone. KNOWN GAP: the
-    # simulated DKMS builds the driver's module only for a kernel with headers, so on a GPU VM
-    # it builds none, the driver role's module check fails and the simulated driver does not
-    # load; the mirror would need a headers stand-in of the box's kernel (the Vagrant tier is
-    # opt-in and has not run to its end here: issue 21).
-    all_vars["nvidia_driver_kernel_headers"] = False
+    # The VMs boot Debian's kernel; the nvidia_driver role installs its headers as on any host,
+    # from the lab's mirror, which carries a stand-in of them for the lab's own box's kernel
+    # (vagrant_cluster: mirror.ensure_mirror's box_kernels), so the simulated DKMS builds the
+    # driver's module for it. A public box's kernel has none there: its headers task fails,
+    # naming the package.
     return data
 
 

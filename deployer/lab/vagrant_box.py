@@ -33,11 +33,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from deployer.lab import keys
 from deployer.lab.base import SUITE, cache_lock, debian_mirror, ensure_base
@@ -48,6 +50,8 @@ BOX_FILE = "gpumon-lab-bookworm64.box"
 STAMP = "gpumon-box.json"
 KERNEL_PACKAGES: tuple[str, ...] = ("linux-image-amd64", "initramfs-tools")
 DISK_GIB = 8
+# a kernel release a Debian package name can hold (deb-control(5): lower case, digits, + - .)
+_RELEASE = re.compile(r"[a-z0-9][a-z0-9.+~-]*")
 # net.ifnames=0: the management NIC is eth0 and the private network eth1, as Vagrant expects.
 CMD_LINE = "root=/dev/vda rw console=ttyS0 net.ifnames=0 biosdevname=0 quiet"
 HOST_KEY_MARK = "gpumon-box host key:"
@@ -136,6 +140,9 @@ class Box:
     sha256: str
     built: bool
     seconds: float
+    # the kernel release its VMs boot (``vmlinuz-<release>``); None: a box cached before this
+    # was recorded
+    kernel: str | None = None
 
 
 def box_cache() -> Path:
@@ -189,11 +196,11 @@ def ensure_box(log: Path | None = None) -> Box:
             _remove_tree(staging)
         staging.mkdir(parents=True)
         try:
-            _build(base, staging, public, key, log)
+            kernel = _build(base, staging, public, key, log)
             version = f"12.0.{int(time.time())}"
             digest = _sha256(staging / BOX_FILE)
             (staging / ".complete").write_text(
-                json.dumps({"key": key, "version": version, "sha256": digest})
+                json.dumps({"key": key, "version": version, "sha256": digest, "kernel": kernel})
             )
         except BaseException:
             _remove_tree(staging)
@@ -216,10 +223,19 @@ def _box_at(directory: Path, key: str, *, built: bool, started: float) -> Box:
         sha256=meta["sha256"],
         built=built,
         seconds=time.monotonic() - started,
+        kernel=kernel_release(meta.get("kernel")),
     )
 
 
-def _build(base: Path, staging: Path, public_key: str, key: str, log: Path | None) -> None:
+def kernel_release(value: Any) -> str | None:
+    """A kernel release as a package name may hold it (``linux-headers-<release>``), else
+    None."""
+    text = str(value or "")
+    return text if _RELEASE.fullmatch(text) else None
+
+
+def _build(base: Path, staging: Path, public_key: str, key: str, log: Path | None) -> str:
+    """Build the box into ``staging``; returns the release of the kernel it boots."""
     rootfs = staging / "rootfs"
     _run(["cp", "-a", "--reflink=auto", str(base), str(rootfs)], log, what="copying the base")
     _install_kernel(rootfs, log)
@@ -260,6 +276,7 @@ def _build(base: Path, staging: Path, public_key: str, key: str, log: Path | Non
     _run(["tar", "-cf", str(box), "-C", str(out), *names], log, what="tar")
     os.chmod(box, 0o600)  # it holds the login key
     _remove_tree(out)
+    return kernels[-1].name.removeprefix("vmlinuz-")
 
 
 def _install_kernel(rootfs: Path, log: Path | None) -> None:

@@ -168,13 +168,17 @@ class VagrantCluster:
             self.echo("libvirtd and virtlogd started (no systemd here); vagrant-down stops them")
         timings["libvirt"] = time.monotonic() - started
         box = self.choose_box()
+        box_kernels: tuple[str, ...] = ()
         if box == vagrant_box.BOX_NAME:
             built = vagrant_box.ensure_box(self.state / "box-build.log")
             self.echo(f"box {built.path} ({'built' if built.built else 'cached'})")
             if vagrant_box.install(built, self.env(), self.log):
                 self.echo(f"box added to Vagrant as {vagrant_box.BOX_NAME} {built.version}")
+            # the mirror carries that kernel's headers' stand-in: the driver role installs it
+            # and the simulated DKMS builds the driver's module for the VMs' kernel
+            box_kernels = (built.kernel,) if built.kernel else ()
         timings["box"] = time.monotonic() - started
-        mirror.ensure_mirror(self.state / "mirror-build.log")
+        mirror.ensure_mirror(self.state / "mirror-build.log", box_kernels)
         prepare_hardware(topology, self.state / "hardware")
         prepare_host_files(self.state / "host-files")
         console = self.state / "console"

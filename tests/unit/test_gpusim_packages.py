@@ -241,6 +241,15 @@ def test_a_later_kernels_headers_stand_in_is_there_for_a_kernel_installed_after_
     )
 
 
+def test_a_vagrant_box_kernels_headers_stand_in_is_built_when_asked() -> None:
+    names = {d.name for d in catalog.all_packages(("6.1.0-41-amd64",))}
+    assert "linux-headers-6.1.0-41-amd64" in names
+    assert "linux-headers-6.1.0-41-amd64" not in {d.name for d in catalog.all_packages()}
+    # the lab machine's own kernel is not built twice
+    lab = catalog.lab_kernel()
+    assert [d.name for d in catalog.all_packages((lab,))].count(f"linux-headers-{lab}") == 1
+
+
 @pytest.mark.parametrize(
     ("release", "later"),
     [("6.18.44-fc-v1272", "6.18.45-fc-v1272"), ("6.1.0-28-amd64", "6.1.1-28-amd64"),

@@ -40,6 +40,32 @@ def test_a_changed_recipe_builds_a_new_box(monkeypatch):
     assert vagrant_box.box_key(BASE, KEY) != before
 
 
+def test_the_box_records_the_kernel_its_vms_boot(tmp_path):
+    """Read back from the box's .complete record; a release no package name can hold, or a
+    box cached before the kernel was recorded, has none."""
+    for recorded, kernel in (("6.1.0-41-amd64", "6.1.0-41-amd64"), (None, None),
+                             ("6.1.0 ; rm -rf /", None), ("", None)):  # fmt: skip
+        meta = {"key": "k", "version": "12.0.1", "sha256": "x"}
+        if recorded is not None:
+            meta["kernel"] = recorded
+        (tmp_path / ".complete").write_text(json.dumps(meta))
+        box = vagrant_box._box_at(tmp_path, "k", built=False, started=0.0)
+        assert box.kernel == kernel, recorded
+
+
+def test_the_mirror_keeps_the_box_kernels_it_carries_and_adds_those_asked():
+    from deployer.lab import mirror
+
+    assert mirror.kept_box_kernels({}, ()) == ()
+    assert mirror.kept_box_kernels({}, ("6.1.0-41-amd64",)) == ("6.1.0-41-amd64",)
+    kept = {"box_kernels": ["6.1.0-41-amd64"]}
+    assert mirror.kept_box_kernels(kept, ()) == ("6.1.0-41-amd64",)  # a lab naming none
+    assert mirror.kept_box_kernels(kept, ("6.1.0-42-amd64",)) == (
+        "6.1.0-41-amd64", "6.1.0-42-amd64",
+    )  # fmt: skip
+    assert mirror.gpusim_digest(("6.1.0-41-amd64",)) != mirror.gpusim_digest(())
+
+
 def test_the_box_vagrantfile_boots_the_shipped_kernel_with_the_generated_key():
     text = vagrant_box.BOX_VAGRANTFILE
     assert 'File.join(box_dir, "vagrant_key")' in text

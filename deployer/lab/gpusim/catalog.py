@@ -480,9 +480,10 @@ def kernel_headers_package(release: str, which: str = "the lab machine's kernel"
     return deb
 
 
-def all_packages() -> list[Deb]:
+def all_packages(box_kernels: tuple[str, ...] = ()) -> list[Deb]:
     """Every package of the simulated repository; the kernel headers' stand-ins are of
-    :func:`lab_kernel` and of the :func:`later_kernel` after it."""
+    :func:`lab_kernel`, of the :func:`later_kernel` after it, and of ``box_kernels`` (the
+    Debian kernels the lab's Vagrant box boots its VMs with: deployer/lab/vagrant_box.py)."""
     debs: list[Deb] = []
     for d in DRIVERS:
         debs.extend(driver_packages(d))
@@ -494,4 +495,6 @@ def all_packages() -> list[Deb]:
     # and of a later kernel, which the lab's hosts never boot: a test puts that kernel on a host
     # after its driver (an unattended upgrade) and the nvidia_driver role installs its headers
     debs.append(kernel_headers_package(later_kernel(lab_kernel()), "a later kernel, never booted"))
+    for release in sorted(set(box_kernels) - {lab_kernel(), later_kernel(lab_kernel())}):
+        debs.append(kernel_headers_package(release, "the lab's Vagrant box's kernel"))
     return debs

@@ -92,16 +92,17 @@ def build_deb(deb: Deb, outdir: Path, workdir: Path) -> Path:
     return out
 
 
-def build_packages(outdir: Path) -> list[Path]:
+def build_packages(outdir: Path, box_kernels: tuple[str, ...] = ()) -> list[Path]:
     """Build every SIMULATED NVIDIA package into ``outdir`` (created if missing); returns the
-    .deb paths in catalog order. Same source, same bytes."""
+    .deb paths in catalog order. Same source, same bytes. ``box_kernels``: kernels whose
+    headers' stand-in the repository also carries (catalog.all_packages)."""
     if shutil.which("dpkg-deb") is None:
         raise RuntimeError(
             "dpkg-deb is required to build the simulated NVIDIA packages (apt-get install dpkg)"
         )
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    debs = all_packages()
+    debs = all_packages(box_kernels)
     with tempfile.TemporaryDirectory(prefix="gpusim-build-") as tmp:
         work = Path(tmp)
         with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
