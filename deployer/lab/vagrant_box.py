@@ -55,7 +55,7 @@ _RELEASE = re.compile(r"[a-z0-9][a-z0-9.+~-]*")
 # net.ifnames=0: the management NIC is eth0 and the private network eth1, as Vagrant expects.
 CMD_LINE = "root=/dev/vda rw console=ttyS0 net.ifnames=0 biosdevname=0 quiet"
 HOST_KEY_MARK = "gpumon-box host key:"
-RECIPE_VERSION = "2"
+RECIPE_VERSION = "3"  # 3: the kernel release recorded in .complete
 # Units with nothing to do on a lab VM; each costs minutes of boot under software emulation.
 MASKED_UNITS: tuple[str, ...] = ("e2scrub_reap.service", "serial-getty@ttyS0.service")
 # The initramfs loads only what a libvirt guest needs to mount its root (a 7 MB initrd instead
