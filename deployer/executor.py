@@ -340,6 +340,8 @@ class Executor:
                     return self._finish(result, started)
                 raise CommandFailed(raw) if read_error is None else ValueError(read_error)
             if obs.in_desired_state and not forced:
+                if module.judged_by_read:
+                    result.note = module.note(args, obs)
                 return self._finish(result, started)
             if module.judged_by_read:
                 # An assertion: no write side. Its read is the verdict, unless check mode could

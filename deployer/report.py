@@ -119,7 +119,11 @@ class ConsoleReporter:
             if result.status.value in entry[2]:
                 entry[2][result.status.value] += 1
             self._refresh()
-            shown = result.status != Status.OK or bool(self.diff and result.differences)
+            shown = (
+                result.status != Status.OK
+                or bool(result.note)
+                or bool(self.diff and result.differences)
+            )
             if shown and self._live_enabled:
                 self._print_task(result)
         if shown and not self._live_enabled:
@@ -144,6 +148,8 @@ class ConsoleReporter:
         lines: list[tuple[str, str | None]] = [(f"{label:<20} {r.host:<16} {what}", None)]
         if r.error:
             lines += [(f"    {line}", "red") for line in r.error.splitlines()]
+        if r.note:
+            lines.append((f"    NOTE: {r.note}", "yellow"))
         if self.diff:
             for key, (before, after) in r.differences.items():
                 if key != "sha256":

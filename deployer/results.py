@@ -39,6 +39,8 @@ class TaskResult:
     owed_since: str | None = None
     # The task's tags (with its play's): how a caller recognises a task, never by its name.
     tags: frozenset[str] = frozenset()
+    # A read-only check that passed with a remark: what it could not judge (module.note)
+    note: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -60,6 +62,8 @@ class TaskResult:
             out["handler"] = True
         if self.owed_since is not None:
             out["owed_since"] = self.owed_since
+        if self.note:
+            out["note"] = self.note
         if self.differences:
             out["differences"] = self.differences
         if self.content_diff is not None:

@@ -172,6 +172,10 @@ class Module:
         its write (a unit's state and last journal lines, say). None: nothing to add."""
         return None
 
+    def note(self, args: dict[str, Any], obs: Observation) -> str | None:
+        """A module ``judged_by_read``: a remark on a state that passes (ReadOnlyCheck)."""
+        return None
+
     def explain(self, args: dict[str, Any], session: HostSession, obs: Observation) -> str:
         """Read-only: why the state differs, for a module ``judged_by_read``."""
         return ""
@@ -227,6 +231,12 @@ class ReadOnlyCheck(Module):
 
     def write(self, session: HostSession, args: dict[str, Any], obs: Observation) -> None:
         raise RuntimeError(f"{self.name} is a read-only check: it has no write side")
+
+    def note(self, args: dict[str, Any], obs: Observation) -> str | None:
+        """A remark on a state that passes -- what the check could not judge -- reported with
+        the task's ok (``upgrade-driver``'s preflight says the same as a NOTE): the read's
+        ``note``, where its parse gives one."""
+        return str(obs.actual.get("note") or "") or None
 
 
 def _coerce_bool(key: str, value: str) -> bool:

@@ -414,8 +414,8 @@ class BootLoaderCheck(ReadOnlyCheck):
 
     def parse(self, args: dict[str, Any], result: CommandResult) -> dict[str, Any]:
         lines = result.stdout.splitlines()
-        problem, _ = judge(parse(lines), args["running"], args["newest"] or None)
-        return {"problem": problem or ""}
+        problem, note = judge(parse(lines), args["running"], args["newest"] or None)
+        return {"problem": problem or "", "note": note or ""}
 
     def desired(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"problem": ""}  # (None would be a key not asked)

@@ -166,8 +166,8 @@ class ModuleSigning(ReadOnlyCheck):
 
     def parse(self, args: dict[str, Any], result: CommandResult) -> dict[str, Any]:
         signing = parse(result.stdout.splitlines())
-        problem, _ = judge(signing)
-        return {"problem": problem or "", "cert": signing.cert}
+        problem, note = judge(signing)
+        return {"problem": problem or "", "cert": signing.cert, "note": note or ""}
 
     def desired(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"problem": ""}  # (None would be a key not asked)

@@ -187,6 +187,23 @@ def test_an_entry_that_loads_no_linux_kernel_cannot_be_told_and_is_a_note(tmp_pa
     assert note.startswith("its reboot starts 'UEFI Firmware Settings' (default '2' in ")
 
 
+@pytest.mark.parametrize("check", [False, True], ids=["run", "check"])
+def test_the_role_passes_a_pick_it_cannot_tell_with_a_note_as_the_rollout_does(tmp_path, check):
+    """GRUB_DEFAULT by number and no grub.cfg to count in: ok, and the task says what it could
+    not judge (upgrade-driver's preflight prints the same as a NOTE)."""
+    write_grub(tmp_path, "2")
+    result = converge(tmp_path, check=check)
+    assert result.status == Status.OK and not result.wrote
+    assert result.note == (
+        "which kernel its reboot boots cannot be told (GRUB_DEFAULT='2'; no /boot/grub/grub.cfg "
+        f"read): DKMS builds the driver's module for the running kernel {RUNNING} and the newest "
+        f"installed one ({NEWEST}) only"
+    )
+    assert result.to_json()["note"] == result.note
+    (tmp_path / "etc/default/grub").write_text("GRUB_DEFAULT=0\n")  # what it can tell: no note
+    assert converge(tmp_path, check=check).note is None
+
+
 def test_the_role_fails_a_host_whose_grub_cfg_boots_another_kernel_by_number(tmp_path):
     write_grub(tmp_path, None)
     write_cfg(tmp_path, "1>4")

@@ -31,6 +31,19 @@ def test_a_failed_task_shows_its_error_lines_indented():
     assert out.getvalue().splitlines()[1:] == ["    rc=1: boom", "    [x] detail"]
 
 
+def test_an_ok_check_with_a_note_is_shown_with_it():
+    """A read-only check that passed but could not judge everything (which kernel GRUB boots,
+    whether a key is enrolled) says so: the rollout's preflight prints the same as a NOTE."""
+    reporter, out = _reporter()
+    reporter.task_done(
+        _result("gpu01", Status.OK, note="which kernel its reboot boots cannot be told")
+    )
+    assert out.getvalue().splitlines() == [
+        f"{'ok':<20} {'gpu01':<16} node_exporter: config",
+        "    NOTE: which kernel its reboot boots cannot be told",
+    ]
+
+
 def test_diff_mode_prints_attribute_changes_but_not_hashes():
     reporter, out = _reporter(diff=True)
     reporter.task_done(
