@@ -142,13 +142,18 @@ def test_no_certificate_yet_is_the_problem_dkms_would_make_a_key_nobody_enrolled
     assert problem.startswith("runs under Secure Boot and DKMS has no signing certificate yet")
 
 
-def test_without_mokutil_whether_it_is_enrolled_cannot_be_told_and_is_a_note(tmp_path, monkeypatch):
-    tools = tmp_path / "tools"  # the script's tools, and no mokutil
+def without_mokutil(tmp_path, monkeypatch) -> None:
+    """PATH with the script's tools and no mokutil, and Secure Boot on under ``tmp_path``."""
+    tools = tmp_path / "tools"
     tools.mkdir()
     for tool in ("sh", "od", "tr", "head"):
         (tools / tool).symlink_to(shutil.which(tool))
     monkeypatch.setenv("PATH", str(tools))
     secure_boot(tmp_path)
+
+
+def test_without_mokutil_whether_it_is_enrolled_cannot_be_told_and_is_a_note(tmp_path, monkeypatch):
+    without_mokutil(tmp_path, monkeypatch)
     signing = read(tmp_path)
     assert signing.test_key == ""
     problem, note = module_signing.judge(signing)
@@ -188,12 +193,7 @@ def test_the_role_fails_a_host_whose_certificate_is_not_enrolled_before_anything
 
 
 def test_without_mokutil_the_role_passes_with_the_note(tmp_path, monkeypatch):
-    tools = tmp_path / "tools"  # the script's tools, and no mokutil
-    tools.mkdir()
-    for tool in ("sh", "od", "tr", "head"):
-        (tools / tool).symlink_to(shutil.which(tool))
-    monkeypatch.setenv("PATH", str(tools))
-    secure_boot(tmp_path)
+    without_mokutil(tmp_path, monkeypatch)
     result = converge(tmp_path)
     assert result.status == Status.OK
     assert result.note.startswith("it runs under Secure Boot and whether DKMS's certificate "
