@@ -51,6 +51,7 @@ import pytest
 import yaml
 
 from deployer.lab import Lab
+from deployer.lab.gpusim import catalog
 from deployer.rollout.state import OUT_OF_SERVICE
 from tests.integration import labtools
 from tests.integration.labtools import CLI, WebhookReceiver, alerting_vars, lab_named_by, run_cli
@@ -348,10 +349,9 @@ def test_a_host_with_a_newer_kernel_installed_whose_headers_no_source_offers_is_
     for it too and skips it without its headers, and the rollout's reboot may boot it. No source
     offers that kernel's headers: the run is refused naming them, with nothing touched."""
     kernel = sh(ulab, "gpu02", "uname -r").strip()
-    version, dash, rest = kernel.partition("-")
-    parts = version.split(".")
-    parts[-1] = str(int(re.match(r"\d*", parts[-1]).group() or 0) + 1)  # 6.18.44 -> 6.18.45
-    newer = ".".join(parts) + dash + rest
+    # two on (6.18.44 -> 6.18.46): the lab's mirror offers the headers of the next one
+    # (catalog.later_kernel, for the status test of a kernel installed after the driver)
+    newer = catalog.later_kernel(catalog.later_kernel(kernel))
     sh(ulab, "gpu02", f"touch /boot/config-{newer} && mkdir -p /lib/modules/{newer}/kernel")
     try:
         said = " ".join(gpu02_refused(ulab, baseline, state_env).split())
