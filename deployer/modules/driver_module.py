@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from deployer.connection import CommandResult
@@ -121,34 +121,44 @@ def read_host(stdout: str) -> HostRead:
     return HostRead(boot_loader.parse(lines[:cut]), parse(lines[cut + 1 :]))
 
 
-def target(boot: boot_loader.BootLoader, running: str, newest: str | None) -> tuple[str, str]:
-    """(the kernel the next boot starts, how that is known) -- see the module docstring."""
-    nxt = boot_loader.next_boot(boot, running, newest)
-    if nxt.release is not None and (nxt.release in boot.images or not boot.images):
-        return nxt.release, nxt.how
-    if newest:
-        return newest, "the newest installed kernel, which a boot loader's default starts"
-    return running, "the running kernel; no other is installed"
+@dataclass(frozen=True)
+class Verdict:
+    """The next boot judged: the kernel it starts and how that is known; ``problem`` (None: the
+    module of the driver is on disk for that kernel), worded to follow ``the host's next boot
+    starts``; ``note``: what of the boot loader's pick could not be told, where it could not."""
+
+    kernel: str
+    how: str
+    problem: str | None = None
+    note: str | None = None
 
 
-def judge(
+def verdict(
     boot: boot_loader.BootLoader,
     modules: ModulesRead,
     version: str,
     running: str,
     newest: str | None,
-) -> str | None:
-    """The problem (None: the module of ``version`` is on disk for the next boot's kernel),
-    worded to follow ``the host's next boot starts``."""
-    kernel, how = target(boot, running, newest)
+) -> Verdict:
+    """Is the module of driver ``version`` on disk for the kernel the next boot starts? That
+    kernel: GRUB's pick (one whose image is installed), else the newest installed kernel, else
+    the running one (see the module docstring)."""
+    nxt = boot_loader.next_boot(boot, running, newest)
+    if nxt.release is not None and (nxt.release in boot.images or not boot.images):
+        kernel, how = nxt.release, nxt.how
+    elif newest:
+        kernel, how = newest, "the newest installed kernel, which a boot loader's default starts"
+    else:
+        kernel, how = running, "the running kernel; no other is installed"
+    judged = Verdict(kernel, how, note=nxt.note)
     if not modules.modinfo:
-        return (
+        return replace(judged, problem=(
             f"kernel {kernel} ({how}), and modinfo (kmod) is not installed, so the module built "
             "for it cannot be read; dkms depends on kmod, so no module was built either"
-        )
+        ))  # fmt: skip
     found = modules.kernels.get(kernel)
     if found is not None and found.version == version:
-        return None
+        return judged
     have = "no NVIDIA module" if found is None or not found.version else (
         f"the NVIDIA module of driver {found.version}"
     )  # fmt: skip
@@ -167,7 +177,7 @@ def judge(
             f"DKMS did not build it: see `dkms status nvidia` and the build's make.log under "
             f"/var/lib/dkms/nvidia/{version}/"
         )
-    return f"kernel {kernel} ({how}), which has {have} on disk: {why}"
+    return replace(judged, problem=f"kernel {kernel} ({how}), which has {have} on disk: {why}")
 
 
 @register
@@ -196,14 +206,10 @@ class DriverModuleBuilt(ReadOnlyCheck):
 
     def parse(self, args: dict[str, Any], result: CommandResult) -> dict[str, Any]:
         read = read_host(result.stdout)
-        problem = judge(
-            read.boot,
-            read.modules,
-            args["version"],
-            args["running"],
-            args["newest"] or None,
+        judged = verdict(
+            read.boot, read.modules, args["version"], args["running"], args["newest"] or None
         )
-        return {"problem": problem or ""}
+        return {"problem": judged.problem or ""}
 
     def desired(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"problem": ""}

@@ -17,7 +17,7 @@ role reads it before a reboot (``deployer.modules.driver_module``), one more rou
 from __future__ import annotations
 
 from deployer.facts import HostFacts
-from deployer.modules import boot_loader, driver_module
+from deployer.modules import driver_module
 from deployer.modules.driver_module import HostRead
 from deployer.monitoring.check import FAILED, OK, Check
 
@@ -81,8 +81,21 @@ MODULE_CHECK = "next boot has the driver's module"
 
 def reads_modules(facts: HostFacts) -> bool:
     """Whether status reads the next boot's module on this host (:func:`module_check` judges):
-    a driver installed, on a Debian-family host whose running kernel is known."""
-    return bool(facts.driver_installed) and facts.os_family == "debian" and bool(facts.kernel)
+    a driver installed, on a host :func:`_unjudged` does not rule out."""
+    return bool(facts.driver_installed) and _unjudged(facts) is None
+
+
+def _unjudged(facts: HostFacts) -> str | None:
+    """Why the next boot's module is not judged on this host, None where it is: it is read as
+    Debian's dkms and GRUB lay it out, against the running kernel."""
+    if not facts.kernel:
+        return "the running kernel could not be read"
+    if facts.os_family != "debian":
+        return (
+            f"{facts.os_id or 'this OS'} is not of the Debian family, whose dkms and GRUB "
+            "layout are what is read"
+        )
+    return None
 
 
 def driver_rows(
@@ -110,30 +123,24 @@ def module_check(
     if facts is None or facts.driver_installed is None:
         return None
     version = facts.driver_installed
-    if facts.os_family != "debian" or not facts.kernel:
-        what = (
-            f"{facts.os_id or 'this OS'} is not of the Debian family, whose dkms and GRUB "
-            "layout are what is read"
-            if facts.kernel
-            else "the running kernel could not be read"
-        )
-        return Check(COMPONENT, host, MODULE_CHECK, OK, f"not judged: {what}")
+    unjudged = _unjudged(facts)
+    if unjudged is not None:
+        return Check(COMPONENT, host, MODULE_CHECK, OK, f"not judged: {unjudged}")
     if read is None:
         return Check(COMPONENT, host, MODULE_CHECK, FAILED, f"cannot read: {error}")
-    newest = facts.newest_kernel or None
-    problem = driver_module.judge(read.boot, read.modules, version, facts.kernel, newest)
-    if problem is not None:
+    judged = driver_module.verdict(
+        read.boot, read.modules, version, facts.kernel, facts.newest_kernel or None
+    )
+    if judged.problem is not None:
         return Check(
             COMPONENT, host, MODULE_CHECK, FAILED,
-            f"driver {version} is installed, but the host's next boot starts {problem}; until "
-            "then a reboot (an operator's, a power cut, a rollout's) brings it back without "
-            "its driver",
+            f"driver {version} is installed, but the host's next boot starts {judged.problem}; "
+            "until then a reboot (an operator's, a power cut, a rollout's) brings it back "
+            "without its driver",
         )  # fmt: skip
-    kernel, how = driver_module.target(read.boot, facts.kernel, newest)
     # where GRUB's pick cannot be told (an entry by number without grub.cfg ...), say so
-    note = boot_loader.next_boot(read.boot, facts.kernel, newest).note
     return Check(
         COMPONENT, host, MODULE_CHECK, OK,
-        f"kernel {kernel} ({how}) has driver {version}'s module on disk"
-        + (f"; but {note}" if note else ""),
+        f"kernel {judged.kernel} ({judged.how}) has driver {version}'s module on disk"
+        + (f"; but {judged.note}" if judged.note else ""),
     )  # fmt: skip

@@ -127,14 +127,14 @@ def test_a_grub_entry_whose_kernel_has_no_image_is_not_what_boots(tmp_path):
 
 
 def test_no_modinfo_is_a_failure_since_dkms_needs_kmod(tmp_path):
-    said = driver_module.judge(
+    said = driver_module.verdict(
         boot_loader.BootLoader(),
         driver_module.ModulesRead({}, modinfo=False),
         WANT,
         RUNNING,
         None,
-    )
-    assert said.startswith(f"kernel {RUNNING} (the running kernel; no other is installed), and "
+    ).problem
+    assert said is not None and said.startswith(f"kernel {RUNNING} (the running kernel; no other is installed), and "
                            "modinfo (kmod) is not installed")  # fmt: skip
 
 
