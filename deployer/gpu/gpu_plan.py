@@ -231,12 +231,19 @@ def module_check(
     the planned driver's module for the kernel the next boot starts (module driver_module):
     ``asked`` on a Debian-family host whose running kernel facts know, where the driver's
     packages change (``changes``), the loaded module is not the planned driver (a reboot is
-    owed: a run after one that failed this check, or an operator's install, asks again), or the
+    owed: a run after one that failed this check, or an operator's install, asks again), the
     role installs a kernel's headers (``view["kernel_headers"]``: a kernel put in after the
     driver without them, e.g. by an unattended upgrade; their package's hook has DKMS build the
-    module for it, and this says whether it did)."""
+    module for it, and this says whether it did), or a kernel newer than the running one is
+    installed (facts' ``newest_kernel``, which a boot loader's default starts: put in with its
+    headers, its DKMS build may still have failed -- an older driver branch that does not build
+    against a newer kernel -- and nothing else on the run would say so before a reboot). A host
+    with no kernel newer than the running one, whose loaded module is the planned driver, is not
+    asked: the running kernel's module is the one loaded. The read is batched with the play's other reads (no round trip
+    of its own)."""
     owed = facts.get("driver_loaded") != view["driver_version"]
-    moved = changes or owed or bool(view.get("kernel_headers"))
+    later = bool(facts.get("newest_kernel"))
+    moved = changes or owed or later or bool(view.get("kernel_headers"))
     asked = facts.get("os_family") == "debian" and bool(facts.get("kernel")) and moved
     return {"asked": asked}
 

@@ -779,6 +779,59 @@ def test_a_kernel_installed_after_the_driver_without_headers_fails_status_until_
         assert gone.returncode == 0, gone.stderr
 
 
+def test_a_newer_kernel_whose_dkms_build_failed_fails_up_on_that_host_before_any_reboot(
+    deployed, mlab, inventory, stack_vars
+):
+    """A GPU host at its planned driver gets a newer kernel with its headers, but no module (its
+    DKMS build failed: an older branch against a newer kernel; the package manager let it pass).
+    Nothing on the host is to change, yet ``up`` reads the next boot's module (a kernel newer
+    than the running one is installed) and fails that host's task naming the kernel and where
+    DKMS's log is, so nobody reboots it into a kernel without its driver; once the module is
+    built, ``up`` passes with no change."""
+    host = hosts_in(mlab, "gpu")[0].name
+    running = mlab.ssh(host, "uname -r").stdout.strip()
+    later = catalog.later_kernel(catalog.later_kernel(running))  # no source offers its headers
+    made = f"/boot/config-{later} /boot/vmlinuz-{later} /lib/modules/{later}"
+    assert mlab.ssh(host, f"ls -d {made} 2>/dev/null || true").stdout.strip() == ""
+    installed = mlab.ssh(host, "dpkg-query -W -f='${Version}' nvidia-open").stdout.split("-")[0]
+    put = mlab.ssh(host, f"touch /boot/config-{later} /boot/vmlinuz-{later} && "
+                         f"mkdir -p /lib/modules/{later}/kernel /lib/modules/{later}/build/include")  # fmt: skip
+    assert put.returncode == 0, put.stderr
+    built = f"the module of driver {installed} is built for the kernel the next boot starts"
+    try:
+        proc = gpumon("up", "-i", str(inventory), "--limit", host, "--output", "json",
+                      *stack_vars)  # fmt: skip
+        assert proc.returncode == 1, proc.stderr[-4000:]
+        tasks = json.loads(proc.stdout)["hosts"][host]["tasks"]
+        assert [t["status"] for t in tasks if t["status"] not in ("ok", "skipped")] == ["failed"], (
+            tasks
+        )
+        failed = next(t for t in tasks if t["status"] == "failed")
+        assert failed["task"] == built
+        assert " ".join(failed["error"].split()) == (
+            f"driver {installed}'s packages are installed, but the host's next boot starts "
+            f"kernel {later} (the newest installed kernel, which a boot loader's default "
+            "starts), which has no NVIDIA module on disk: DKMS did not build it: see `dkms "
+            f"status nvidia` and the build's make.log under /var/lib/dkms/nvidia/{installed}/; "
+            "it would come back from a reboot without its driver, so it is not rebooted (its "
+            "loaded driver keeps running until then)"
+        )
+        assert mlab.ssh(host, "nvidia-smi -L").returncode == 0  # its driver runs on
+        # the build done again, as an operator would once its cause is fixed
+        rebuilt = mlab.ssh(host, f"run-parts --arg={later} /etc/kernel/header_postinst.d")
+        assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+        proc = gpumon("up", "-i", str(inventory), "--limit", host, "--output", "json",
+                      *stack_vars)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        tasks = json.loads(proc.stdout)["hosts"][host]["tasks"]
+        done = {t["task"]: t["status"] for t in tasks}
+        assert done[built] == "ok", done
+        assert [t for t, st in done.items() if st not in ("ok", "skipped")] == [], done
+    finally:
+        gone = mlab.ssh(host, f"rm -rf {made}")
+        assert gone.returncode == 0, gone.stderr
+
+
 def test_a_gpu_lost_while_a_replica_was_down_is_missing_there_after_its_restart(
     deployed, mlab, inventory
 ):

@@ -320,7 +320,14 @@ BUILT = r"^the module of driver 595\.45\.04 is built for the kernel the next boo
     [
         ({**RUNNING, "packages": {**AT_PLAN, "nvidia-open": "580.126.20-1"}}, True),  # upgrade
         ({**RUNNING, "packages": {}}, True),  # a first install
-        ({**RUNNING, "packages": AT_PLAN, "driver_loaded": "595.45.04"}, False),  # all at plan
+        (
+            {**RUNNING, "newest_kernel": "", "packages": AT_PLAN, "driver_loaded": "595.45.04"},
+            False,
+        ),  # all at plan, and no kernel newer than the running one
+        (
+            {**RUNNING, "packages": AT_PLAN, "driver_loaded": "595.45.04"},
+            True,
+        ),  # a newer kernel with its headers: whether its DKMS build failed is read every run
         ({**RUNNING, "packages": AT_PLAN, "driver_loaded": "580.126.20"}, True),  # reboot owed
         ({**RUNNING, "packages": AT_PLAN}, True),  # nothing loaded: the next boot loads it
         (
@@ -362,11 +369,13 @@ def test_the_built_module_is_asked_between_the_packages_and_the_reboot(facts, as
         )
 
 
-def test_a_site_that_installs_headers_itself_is_not_asked_for_a_module_it_did_not_touch():
-    """nvidia_driver_kernel_headers false: no headers task, so at plan nothing is asked."""
+def test_a_site_that_installs_headers_itself_is_still_asked_about_a_newer_kernel():
+    """nvidia_driver_kernel_headers false: no headers task, but a kernel newer than the running
+    one needs the driver's module all the same before a reboot starts it."""
+    site = {**H100, "nvidia_driver_kernel_headers": False}
     facts = {**RUNNING, **NEWER, "packages": AT_PLAN, "driver_loaded": "595.45.04"}
-    assert absent(planned({**H100, "nvidia_driver_kernel_headers": False}, facts), BUILT)
-    assert not absent(planned(H100, facts), BUILT)
+    assert not absent(planned(site, facts), BUILT)
+    assert absent(planned(site, {**facts, "newest_kernel": ""}), BUILT)
 
 
 def test_nvidia_driver_kernel_headers_must_be_a_boolean():
