@@ -237,14 +237,23 @@ def test_dcgmi_without_a_host_engine_cannot_connect(tmp_path: Path, debs) -> Non
                                "invalid/disconnected.\n")  # fmt: skip
 
 
-def test_an_upgraded_dcgmi_against_the_old_engine_cannot_connect(tmp_path: Path, debs) -> None:
+def test_an_upgraded_dcgmi_against_the_old_engine_connects_and_the_old_engine_answers(
+    tmp_path: Path, debs
+) -> None:
+    """DCGM has no release handshake (dcgmlib/src/DcgmClientHandler.cpp:274-284 @v4.6.0): the
+    new dcgmi lists the GPUs the old engine still runs on, in its own release's layout, and
+    ``dcgmi -v`` tells the two builds apart (docs/unverified.md#dcgm-version-skew)."""
     root = host(tmp_path, debs)
     port = free_port()
     with engine(root, port):
         unpack(pick(debs, "datacenter-gpu-manager-4-core_4.5.3"), root)
         res = dcgmi(root, port, "discovery", "-l")
-    assert res.returncode == 235  # docs/unverified.md#dcgm-version-skew
-    assert "Unable to connect to host engine" in res.stdout
+        version = dcgmi(root, port, "-v")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.startswith("8 GPUs found (Active).\n")  # 4.5's layout (dcgmi/Query.cpp)
+    local, _, engine_side = version.stdout.partition("Hostengine build info:")
+    assert "Version : 4.5.3" in local
+    assert "Version : 4.5.3" not in engine_side and "Version : 4." in engine_side
 
 
 def test_an_installed_stand_in_runs_its_own_package_s_code_even_where_the_source_is_importable(
@@ -252,15 +261,18 @@ def test_an_installed_stand_in_runs_its_own_package_s_code_even_where_the_source
 ) -> None:
     """The stand-ins import their package's own copy of the shared code (and its build.json),
     never the source tree's: with ``deployer`` importable (PYTHONPATH), the old engine read
-    its version off the disk once the upgrade was unpacked, and agreed with the new dcgmi."""
+    its version off the disk once the upgrade was unpacked, and ``dcgmi -v`` showed the new
+    build for the old engine."""
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     root = host(tmp_path, debs)
     port = free_port()
     with engine(root, port):
         unpack(pick(debs, "datacenter-gpu-manager-4-core_4.5.3"), root)
-        res = dcgmi(root, port, "discovery", "-l")
-    assert res.returncode == 235
-    assert "Unable to connect to host engine" in res.stdout
+        res = dcgmi(root, port, "-v")
+    assert res.returncode == 0, res.stdout + res.stderr
+    local, _, engine_side = res.stdout.partition("Hostengine build info:")
+    assert "Version : 4.5.3" in local
+    assert "Version : 4.5.3" not in engine_side and "Version : 4." in engine_side
 
 
 @pytest.mark.parametrize("dcgm", ["4.4.2", "4.5.3"])

@@ -13,6 +13,15 @@ GPUs are hidden), ``dcgmi/Health.cpp`` and ``dcgmi/Diag.cpp``. The exit status i
 - 235 (DCGM_ST_CONNECTION_NOT_VALID, -21) without a host engine (``Command.cpp:83-105``);
 - 253 (DCGM_ST_GENERIC_ERROR, -3) for ``health -c`` before any watch is set (``Health.cpp:383``);
 - 2 for bad usage (the simulation's; real dcgmi's parser prints its usage).
+
+A ``dcgmi`` of another DCGM release than the running host engine connects and is answered by that
+engine: DCGM has no release handshake. The client's connect succeeds once the socket does
+(``dcgmlib/src/DcgmClientHandler.cpp:274-284``); the engine's build string it asks for is kept for
+a debug log only (``PopulateConnectionAttributes``, ``:475-508``); the engine checks only the
+login message's struct version (``modules/core/DcgmModuleCore.cpp:1756-1781``), a struct unchanged
+from v4.2.3 to v4.6.0. A call whose message struct differs in size or revision between the two
+releases fails alone with DCGM_ST_VER_MISMATCH (-12, ``modules/DcgmModule.cpp:33-38``); which
+subcommands do between which releases is not simulated (docs/unverified.md#dcgm-version-skew).
 """
 
 import json
@@ -306,8 +315,6 @@ def main(argv: list) -> int:
         sys.stdout.write("\nLocal build info:\n" + c.dcgm_version_text(mine))
         sys.stdout.write("\nHostengine build info:\n" + c.dcgm_version_text(hello.get("version")))
         return 0
-    if hello.get("version") != mine:  # docs/unverified.md#dcgm-version-skew
-        return _connect_error(o["host"])
     args = o["args"]
     as_json = "-j" in args or "--json" in args
     if o["cmd"] == "discovery":
