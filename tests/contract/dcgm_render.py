@@ -16,8 +16,9 @@ tests/contract/test_dcgm_render.py holds the port to NVIDIA's own test expectati
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
+
+from deployer.lab.gpusim.standins.common import jsoncpp_styled
 
 # dcgmHealthWatchResults_t (dcgmlib/dcgm_structs.h): PASS 0, WARN 10, FAIL 20
 _HEALTH_RANK = {"Healthy": 0, "Warning": 10, "Failure": 20}
@@ -136,11 +137,12 @@ def health_tree(incidents: list[Incident]) -> str:
 
 
 def health_json(incidents: list[Incident]) -> str:
-    """``dcgmi health -c -j`` (jsoncpp's toStyledString: 3-space indent, sorted keys)."""
+    """``dcgmi health -c -j``: the boxes as JSON, printed by jsoncpp's ``toStyledString``
+    (``jsoncpp_styled``, held to real jsoncpp's output by tests/unit/test_gpusim_jsoncpp.py)."""
     _, sections = _report(incidents)
     data = {"body": {k: v.to_json() for k, v in sections.items()},
             "header": ["Health Monitor Report"]}  # fmt: skip
-    return json.dumps(data, indent=3, sort_keys=True, separators=(",", " : ")) + "\n"
+    return jsoncpp_styled(data)
 
 
 # --- diag ---------------------------------------------------------------------------------

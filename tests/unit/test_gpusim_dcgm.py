@@ -7,8 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from deployer.gpu.dcgmi import health_verdict
 from deployer.lab.gpusim import apply_fault, build_packages, hardware_for, heal, prepare_root
 from deployer.lab.gpusim.sandbox import Daemon, free_port, pick, run, unpack
+from deployer.lab.gpusim.standins import dcgmi as standin_dcgmi
+from deployer.lab.gpusim.standins.dcgmi import SYSTEM_NAMES
+from tests.contract import dcgm_render as render
 
 DRIVER_580 = ("libnvidia-ml1_580.65.06", "libcuda1_580.65.06", "nvidia-smi_580.65.06",
               "nvidia-kernel-open-dkms_580.65.06")  # fmt: skip
@@ -119,7 +123,36 @@ def test_health_reports_a_failure_and_still_exits_zero(h100, kind, params, syste
     assert res.returncode == 0
     body = json.loads(res.stdout)["body"]
     assert body["Overall Health"]["value"] == "Failure"
-    assert body["GPU"][str(params["gpu"])]["children"][system]["value"] == "Failure"
+    gpu = body["GPU"]["children"][str(params["gpu"])]
+    assert gpu["value"] == "Failure"
+    assert gpu["children"]["Errors"]["children"][SYSTEM_NAMES[system]]["value"] == "Failure"
+    # the product reads the JSON as it reads the tree
+    json_verdict = health_verdict(res.stdout, res.returncode)
+    text = dcgmi(root, port, "health", "-c")
+    assert json_verdict == health_verdict(text.stdout, text.returncode)
+    assert not json_verdict.ok
+
+
+# NVIDIA/DCGM dcgmi/tests/HealthTests.cpp:207-234 @v4.6.0 (tests/contract/test_dcgm_render.py)
+NVIDIA_SCENARIO = [
+    {"gpu": 0, "system": "Memory", "health": "Warning",
+     "message": "The car is red? Are you sure because that doesn't seem like the color I ordered."},
+    {"gpu": 1, "system": "Memory", "health": "Failure", "message": "Green can be emerald and "
+     "beautiful, but there are shades of green which are sure to disappoint."},
+    {"gpu": 1, "system": "SM", "health": "Warning",
+     "message": "The guards wear Kholin blue because otherwise they'd be lame."},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("incidents", [NVIDIA_SCENARIO, NVIDIA_SCENARIO[:1], []])
+def test_health_text_and_json_are_what_the_port_of_dcgms_printing_code_prints(incidents) -> None:
+    """The simulator's ``dcgmi health -c [-j]`` against tests/contract/dcgm_render.py, the port
+    of NVIDIA/DCGM v4.6.0's printing code, for the incidents of NVIDIA's own test."""
+    ported = [render.Incident(i["gpu"], SYSTEM_NAMES[i["system"]], i["health"], i["message"])
+              for i in incidents]  # fmt: skip
+    text, overall = standin_dcgmi.health_report(incidents)
+    assert text == render.health_tree(ported)
+    assert standin_dcgmi.health_json(incidents, overall) == render.health_json(ported)
 
 
 def test_the_health_text_is_dcgms_tree(h100) -> None:
@@ -192,8 +225,37 @@ def test_diag_fails_when_the_fault_is_set(h100, kind, params, level, failing_tes
     res = dcgmi(root, port, "diag", "-r", level, "-j")
     assert res.returncode == status
     result = json.loads(res.stdout)
-    failed = {t["name"] for t in result["tests"] if any(g["result"] == "Fail" for g in t["gpus"])}
+    tests = [t for c in result["DCGM Diagnostic"]["test_categories"] for t in c["tests"]]
+    failed = {t["name"] for t in tests if t["test_summary"]["status"] == "Fail"}
     assert failing_test in failed
+
+
+def test_diag_json_is_laid_out_as_dcgms_diag_prints_it(h100) -> None:
+    """Diag::HelperJsonBuildOutput (dcgmi/Diag.cpp:1056-1288 @v4.6.0): a volatile DBE on GPU 2 at
+    level 2, DCGM_FR_VOLATILE_DBE_DETECTED (4, severity ISOLATE 2, category HARDWARE_MEMORY 10:
+    dcgmlib/src/dcgm_errors.c), reported on GPU 2's result and in the test's summary."""
+    root, port = h100
+    apply_fault(root, "ecc-dbe", {"gpu": 2})
+    res = dcgmi(root, port, "diag", "-r", "2", "-j")
+    assert res.returncode == 205
+    assert res.stdout.startswith('{\n\t"DCGM Diagnostic" : \n\t{\n')  # jsoncpp's styled writer
+    out = json.loads(res.stdout)
+    assert sorted(out) == ["DCGM Diagnostic", "entity_groups", "metadata"]
+    assert out["metadata"] == {"Driver Version Detected": "580.65.06", "version": "4.4.2"}
+    (group,) = out["entity_groups"]
+    assert (group["entity_group"], group["entity_group_id"]) == ("GPU", 1)
+    assert [e["entity_id"] for e in group["entities"]] == list(range(8))
+    assert all(sorted(e) == ["device_id", "entity_id", "serial_num"] for e in group["entities"])
+    categories = out["DCGM Diagnostic"]["test_categories"]
+    assert [c["category"] for c in categories] == ["Deployment", "Hardware", "Integration"]
+    memory = next(t for c in categories for t in c["tests"] if t["name"] == "memory")
+    dbe = {"warning": "Detected 1 volatile double-bit ECC error(s) in GPU 2.", "error_id": 4,
+           "error_category": 10, "error_severity": 2}  # fmt: skip
+    assert memory["test_summary"] == {"status": "Fail", "warnings": [dbe]}
+    assert memory["results"][2] == {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 2,
+                                    "status": "Fail", "warnings": [dbe]}  # fmt: skip
+    assert memory["results"][0] == {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0,
+                                    "status": "Pass"}  # fmt: skip
 
 
 def test_a_validation_failure_on_a_test_outside_the_level_does_not_fail_it(h100) -> None:
@@ -216,9 +278,15 @@ def test_diag_needs_the_cuda_variant_of_the_driver(tmp_path: Path, debs) -> None
     port = free_port()
     with engine(root, port):
         res = dcgmi(root, port, "diag", "-r", "1")
+        as_json = dcgmi(root, port, "diag", "-r", "1", "-j")
     assert res.returncode == 204  # DCGM_ST_NVVS_BINARY_NOT_FOUND; docs/unverified.md
     assert res.stdout.startswith("Error: Unable to complete diagnostic for group 0. Return: (-52)")
     assert "datacenter-gpu-manager-4-cuda13" in res.stdout
+    # with -j the same message as DCGM's JSON (Diag::HelperDisplayFailureMessage, Diag.cpp:633)
+    assert as_json.returncode == 204
+    assert json.loads(as_json.stdout) == {
+        "DCGM Diagnostic": {"runtime_error": res.stdout.rstrip("\n"), "version": "4.4.2"}
+    }
 
 
 def test_volta_on_580_uses_the_cuda12_variant(tmp_path: Path, debs) -> None:

@@ -612,3 +612,29 @@ def dcgm_version_text(version: str) -> str:
             f"Build Type : Release\nCommit ID : gpusim-SIMULATED\nBranch Name : v{version}\n"
             f"CPU Arch : x86_64\nBuild Platform : Linux x86_64 ({SIM_NOTE})\n"
             f"CRC : 00000000000000000000000000000000\n")  # fmt: skip
+
+
+def jsoncpp_styled(value) -> str:
+    """``value`` as jsoncpp's ``Value::toStyledString`` prints it, which dcgmi's JSON output
+    calls (NVIDIA/DCGM ``dcgmi/DcgmiOutput.cpp:547-550``, ``dcgmi/Diag.cpp:1303`` @v4.6.0): a
+    tab per level, keys sorted, ``"key" : `` and a non-empty object or array opening on the next
+    line, an empty one as ``{}`` / ``[]``, characters outside ASCII as ``\\uXXXX``, then a
+    newline (tests/fixtures/jsoncpp: real jsoncpp's output of the same values)."""
+
+    def write(v, depth: int, inline: bool) -> str:
+        if isinstance(v, dict | list) and v:
+            head = "" if inline else "\n" + "\t" * depth
+            inner = "\t" * (depth + 1)
+            if isinstance(v, dict):
+                items = [f'{inner}{json.dumps(str(k))} : {write(v[k], depth + 1, False)}'
+                         for k in sorted(v)]  # fmt: skip
+                return head + "{\n" + ",\n".join(items) + "\n" + "\t" * depth + "}"
+            items = [inner + write(x, depth + 1, True) for x in v]
+            return head + "[\n" + ",\n".join(items) + "\n" + "\t" * depth + "]"
+        if isinstance(v, dict):
+            return "{}"
+        if isinstance(v, list):
+            return "[]"
+        return json.dumps(v)
+
+    return write(value, 0, True) + "\n"

@@ -24,7 +24,6 @@ releases fails alone with DCGM_ST_VER_MISMATCH (-12, ``modules/DcgmModule.cpp:33
 subcommands do between which releases is not simulated (docs/unverified.md#dcgm-version-skew).
 """
 
-import json
 import sys
 
 if __package__:  # imported from the source tree (the tests, the package builder)
@@ -103,9 +102,11 @@ def discovery(reply: dict, version: str, show_all: bool) -> str:
 
 TREE_LEFT, TREE_RIGHT = 28, 60  # Health::CheckWatches: DcgmiOutputTree outTree(28, 60)
 MAX_HEALTH_INFO = 54  # Health.cpp MAX_SIZE_OF_HEALTH_INFO
-SYSTEM_NAMES = {"PCIe": "PCIe system", "NVLINK": "NVLINK system", "Memory": "Memory system",
+# Health::HelperSystemToString (Health.cpp:408-437); "ALL" (no one system) is its default
+SYSTEM_NAMES = {"PCIe": "PCIe system", "NVLINK": "NVLINK system", "PMU": "PMU system",
+                "MCU": "MCU system", "Memory": "Memory system", "SM": "SM system",
                 "InfoROM": "InfoROM system", "Thermal": "Thermal system", "Power": "Power system",
-                "Driver": "Driver", "ALL": "Internal error"}  # fmt: skip
+                "Driver": "Driver", "ConnectX": "ConnectX system", "ALL": "Internal error"}  # fmt: skip
 
 
 def _tree_row(level: int, prefix: str, label: str, value: str) -> str:
@@ -168,14 +169,33 @@ def health_report(incidents: list) -> tuple:
     return out + _hline(widths), overall
 
 
-# The JSON layout is the simulation's own: docs/unverified.md#gpusim-dcgmi-json
 def health_json(incidents: list, overall: str) -> str:
-    body = {"body": {"Overall Health": {"value": overall}, "GPU": {}}}
+    """``dcgmi health -c -j``: the same report as the tree, through ``DcgmiOutputJson``
+    (``dcgmi/DcgmiOutput.cpp:79,206,222``, ``DcgmiOutput.h:266-280``): a header list, then under
+    ``body`` each section a box of ``value``, ``overflow`` (the message's pieces, as the tree
+    wraps them) and ``children``; ``GPU`` -> entity -> ``Errors`` -> system
+    (``Health::HandleOneEntity``, ``Health.cpp:279-328``; no ``GPU`` section when healthy).
+    Printed as jsoncpp's ``toStyledString`` prints it (``common.jsoncpp_styled``)."""
+    rank = {"Healthy": 0, "Warning": 1, "Failure": 2}
+    body: dict = {"Overall Health": {"value": overall}}
+    by_gpu: dict = {}
     for inc in incidents:
-        gpu = body["body"]["GPU"].setdefault(str(inc["gpu"]), {"children": {}})
-        gpu["children"].setdefault(inc["system"], {"value": inc["health"], "messages": []})
-        gpu["children"][inc["system"]]["messages"].append(inc["message"])
-    return json.dumps(body, indent=4) + "\n"
+        by_gpu.setdefault(inc["gpu"], []).append(inc)
+    for gpu, incs in by_gpu.items():
+        systems: dict = {}
+        for inc in incs:
+            systems.setdefault(inc["system"], []).append(inc)
+        errors = {
+            SYSTEM_NAMES.get(system, "Internal error"): {
+                "value": max((i["health"] for i in group), key=rank.get),
+                "overflow": _wrap_health(", ".join(i["message"] for i in group)),
+            }
+            for system, group in systems.items()
+        }
+        entity = {"value": max((i["health"] for i in incs), key=rank.get),
+                  "children": {"Errors": {"children": errors}}}  # fmt: skip
+        body.setdefault("GPU", {"children": {}})["children"][str(gpu)] = entity
+    return c.jsoncpp_styled({"body": body, "header": ["Health Monitor Report"]})
 
 
 # --- Diag.cpp ---------------------------------------------------------------------------------
@@ -229,6 +249,47 @@ def diag_report(res: dict) -> str:
                         out += _data(f"Warning: GPU{g['gpu']}" if pos == 0 else "",
                                      msg[pos : pos + INFO_LEN])  # fmt: skip
     return out + DIAG_RULE
+
+
+def diag_json(res: dict) -> str:
+    """``dcgmi diag -r N -j`` (``Diag::HelperJsonBuildOutput`` and the helpers it calls,
+    ``dcgmi/Diag.cpp:1056-1288``; key names ``nvvs/include/NvvsJsonStrings.h``): the GPUs under
+    ``entity_groups``, DCGM's and the driver's versions under ``metadata``, and under ``DCGM
+    Diagnostic`` -> ``test_categories`` each category's tests, each with one result per GPU
+    (``status``; a failure's ``warnings`` with DCGM's error id, category and severity) and a
+    ``test_summary`` holding every error of the test."""
+
+    def warnings(errors: list) -> dict:
+        if not errors:
+            return {}
+        return {"warnings": [{"warning": e["message"], "error_id": e["code"],
+                              "error_category": e["category"], "error_severity": e["severity"]}
+                             for e in errors]}  # fmt: skip
+
+    categories = []
+    for category, _ in DIAG_CATEGORIES:
+        tests = []
+        for t in (t for t in res["tests"] if TEST_CATEGORY.get(t["name"]) == category):
+            results = [{"entity_group": "GPU", "entity_group_id": 1, "entity_id": g["gpu"],
+                        "status": g["result"], **warnings(g["errors"])} for g in t["gpus"]]  # fmt: skip
+            every = [e for g in t["gpus"] for e in g["errors"]]
+            summary = {"status": "Fail" if any(g["result"] == "Fail" for g in t["gpus"])
+                       else "Pass", **warnings(every)}  # fmt: skip
+            tests.append({"name": t["name"], "results": results, "test_summary": summary})
+        if tests:
+            categories.append({"category": category, "tests": tests})
+    # Diag::HelperJsonAddEntities: a serial only where DCGM has one (not DCGM_STR_BLANK)
+    entities = [{"entity_id": e["gpu"], "device_id": e["device_id"],
+                 **({"serial_num": e["serial"]} if e["serial"] else {})}
+                for e in res.get("entities", [])]  # fmt: skip
+    out: dict = {"DCGM Diagnostic": {"test_categories": categories}} if categories else {}
+    if entities:
+        out["entity_groups"] = [{"entities": entities, "entity_group": "GPU", "entity_group_id": 1}]
+    metadata = {"version": res["dcgm_version"]}
+    if res["driver"]:
+        metadata["Driver Version Detected"] = res["driver"]
+    out["metadata"] = metadata
+    return c.jsoncpp_styled(out)
 
 
 def diag_status(res: dict) -> int:
@@ -363,14 +424,21 @@ def main(argv: list) -> int:
     res = reply["result"]
     if res["errors"]:  # the run did not complete (Diag.cpp:436-477)
         # docs/unverified.md#gpusim-diag-missing-plugins
-        sys.stdout.write("Error: Unable to complete diagnostic for group 0. Return: (-52) : "
-                         "The NVVS binary was not found in the specified location; please "
-                         "install it to /usr/libexec/datacenter-gpu-manager-4/ or set environment "
-                         "variable NVVS_BIN_PATH to the directory containing nvvs. If you set "
-                         "NVVS_BIN_PATH, please restart the DCGM service (nv-hostengine) if it is "
-                         "active.\n" + "\n".join(res["errors"]) + "\n")  # fmt: skip
+        message = ("Error: Unable to complete diagnostic for group 0. Return: (-52) : "
+                   "The NVVS binary was not found in the specified location; please "
+                   "install it to /usr/libexec/datacenter-gpu-manager-4/ or set environment "
+                   "variable NVVS_BIN_PATH to the directory containing nvvs. If you set "
+                   "NVVS_BIN_PATH, please restart the DCGM service (nv-hostengine) if it is "
+                   "active.\n" + "\n".join(res["errors"]))  # fmt: skip
+        # Diag::HelperDisplayFailureMessage (Diag.cpp:633-643): the message, or with -j its JSON
+        # (then std::endl after toStyledString's own newline)
+        if as_json:
+            failed = {"runtime_error": message, "version": mine}
+            sys.stdout.write(c.jsoncpp_styled({"DCGM Diagnostic": failed}) + "\n")
+        else:
+            sys.stdout.write(message + "\n")
         return ST_NVVS_BINARY_NOT_FOUND
-    sys.stdout.write(json.dumps(res, indent=4) + "\n" if as_json else diag_report(res))
+    sys.stdout.write(diag_json(res) if as_json else diag_report(res))
     return diag_status(res)
 
 

@@ -43,8 +43,24 @@ def required_diag_major(driver_cuda: str, gpus: list) -> int:
     return major
 
 
-def _err(message: str, isolate: bool) -> dict:
-    return {"message": message, "isolate": isolate}
+# dcgmErrorMeta (dcgmlib/src/dcgm_errors.c @v4.6.0): error code (dcgmlib/dcgm_errors.h) ->
+# (severity, category). Severity 2 is DCGM_ERROR_ISOLATE, the priority Diag::GetFailureResult
+# stops on (dcgmErrorGetPriorityByCode); 4 TRIAGE; 6 RESET. Categories: 10 HARDWARE_MEMORY,
+# 15 HARDWARE_OTHER, 16 INTERNAL_OTHER.
+ERROR_META = {
+    4: (2, 10),  # DCGM_FR_VOLATILE_DBE_DETECTED
+    44: (4, 16),  # DCGM_FR_INTERNAL (the lab's injected validation failure)
+    83: (6, 10),  # DCGM_FR_DBE_PENDING_PAGE_RETIREMENTS
+    85: (6, 10),  # DCGM_FR_PENDING_ROW_REMAP
+    120: (2, 15),  # DCGM_FR_FALLEN_OFF_BUS
+}
+ISOLATE = 2
+
+
+def _err(message: str, code: int) -> dict:
+    severity, category = ERROR_META[code]
+    return {"message": message, "code": code, "category": category, "severity": severity,
+            "isolate": severity == ISOLATE}  # fmt: skip
 
 
 def run_diag(level: int, st: dict, hw: dict, driver: str, known: list | None = None) -> dict:
@@ -54,7 +70,10 @@ def run_diag(level: int, st: dict, hw: dict, driver: str, known: list | None = N
     cuda = c.cuda_version()
     need = required_diag_major(cuda, hw.get("gpus", []))
     result = {"level": level, "dcgm_version": c.dcgm_version(), "driver": driver,
-              "device_ids": [g["pci_device_id"] for g in gpus], "tests": [], "errors": []}  # fmt: skip
+              "device_ids": [g["pci_device_id"] for g in gpus],
+              "entities": [{"gpu": g["index"], "device_id": g["pci_device_id"],
+                            "serial": g.get("serial", "")} for g in gpus],
+              "tests": [], "errors": []}  # fmt: skip
     if c.read_json(c.DCGM_DIAG_FILE.format(major=need)) is None:
         result["errors"].append(
             f"No DCGM diagnostic plugins for CUDA {need} are installed (driver CUDA {cuda}; "
@@ -71,17 +90,17 @@ def run_diag(level: int, st: dict, hw: dict, driver: str, known: list | None = N
             dbe = int(fault.get("ecc_dbe", 0))
             if fault.get("missing"):
                 if test == "software":  # DCGM_FR_FALLEN_OFF_BUS (isolate)
-                    errs.append(_err(f"GPU {i} has fallen off the bus", True))
+                    errs.append(_err(f"GPU {i} has fallen off the bus", 120))
             elif test == "software" and dbe > 0:
                 if g.get("row_remap"):  # DCGM_FR_PENDING_ROW_REMAP (reset)
                     errs.append(_err(f"GPU {i} had memory errors and row remappings are pending",
-                                     False))  # fmt: skip
+                                     85))  # fmt: skip
                 else:  # DCGM_FR_DBE_PENDING_PAGE_RETIREMENTS (reset)
                     errs.append(_err(f"Pending page retirements together with a DBE were detected "
-                                     f"on GPU {i}.", False))  # fmt: skip
+                                     f"on GPU {i}.", 83))  # fmt: skip
             elif test == "memory" and dbe > 0:  # DCGM_FR_VOLATILE_DBE_DETECTED (isolate)
                 errs.append(_err(f"Detected {dbe} volatile double-bit ECC error(s) in GPU {i}.",
-                                 True))  # fmt: skip
+                                 4))  # fmt: skip
             if (
                 failure
                 and failure.get("test", "software") == test
@@ -90,7 +109,7 @@ def run_diag(level: int, st: dict, hw: dict, driver: str, known: list | None = N
             ):
                 errs.append(_err(failure.get("message") or
                                  f"GPU {i}: validation failure injected by the gpumon-deploy lab",
-                                 False))  # fmt: skip
+                                 44))  # fmt: skip
             entry["gpus"].append({"gpu": i, "result": "Fail" if errs else "Pass", "errors": errs})
         result["tests"].append(entry)
     return result
