@@ -169,9 +169,11 @@ def gres_conf(cluster: SlurmCluster) -> str:
 def site_hook(mode: str) -> str:
     """The lab site's own Prolog or Epilog script: a site that globs a directory has scripts of
     its own there, and a glob that matches nothing fails the Prolog (SchedMD/slurm
-    src/plugins/prep/script/prep_script_slurmd.c, _script_list_create and slurmd_script,
-    GLOB_NOMATCH: "Unable to create list of paths", @04778b4 on master; 22.05:
-    docs/unverified.md#slurm-prolog-glob-nomatch)."""
+    src/plugins/prep/script/prep_script_slurmd.c @ tag slurm-22-05-8-1, d525b687: on
+    GLOB_NOMATCH _script_list_create returns no list, :85-108, and slurmd_script returns
+    error("... Unable to create list of paths ..."), :202-204; slurmd reports
+    ESLURMD_PROLOG_FAILED, src/slurmd/slurmd/req.c:1550-1560, and slurmctld drains the node
+    with reason "Prolog error", src/slurmctld/node_mgr.c:2986-2998)."""
     return (
         "#!/bin/sh\n"
         f"# Written by `gpumon-deploy lab slurm`: the lab site's own Slurm {mode.capitalize()}.\n"
