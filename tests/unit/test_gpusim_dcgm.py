@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deployer.gpu.dcgmi import health_verdict
+from deployer.gpu.dcgmi import diag_verdict, health_verdict
 from deployer.lab.gpusim import apply_fault, build_packages, hardware_for, heal, prepare_root
 from deployer.lab.gpusim.sandbox import Daemon, free_port, pick, run, unpack
 from deployer.lab.gpusim.standins import dcgmi as standin_dcgmi
@@ -274,19 +274,32 @@ def test_heal_makes_diag_pass_again(h100) -> None:
 
 
 def test_diag_needs_the_cuda_variant_of_the_driver(tmp_path: Path, debs) -> None:
-    root = host(tmp_path, debs, cuda="12")  # driver 580 = CUDA 13, on Hopper
+    """Only -cuda12 beside driver 580 (CUDA 13.0) on Hopper: nvvs cannot load the plugins of
+    CUDA 13 (NVIDIA/DCGM nvvs/include/TestFramework.inl:574-579 @v4.6.0), which reaches dcgmi as
+    the response's system error under DCGM_ST_NVVS_ERROR (modules/diag/DcgmDiagManager.cpp:
+    1186-1189; dcgmi/Diag.cpp:436-465)."""
+    root = host(tmp_path, debs, cuda="12")
     port = free_port()
     with engine(root, port):
         res = dcgmi(root, port, "diag", "-r", "1")
+        grouped = dcgmi(root, port, "diag", "-r", "1", "-g", "0")
         as_json = dcgmi(root, port, "diag", "-r", "1", "-j")
-    assert res.returncode == 204  # DCGM_ST_NVVS_BINARY_NOT_FOUND; docs/unverified.md
-    assert res.stdout.startswith("Error: Unable to complete diagnostic for group 0. Return: (-52)")
-    assert "datacenter-gpu-manager-4-cuda13" in res.stdout
+    assert res.returncode == 226  # DCGM_ST_NVVS_ERROR, -30
+    assert res.stdout == (
+        "Error: Unable to complete diagnostic for entities *,cpu:*. Return: (-30) : DCGM GPU "
+        "Diagnostic returned an error\nError: Cannot load plugins. Unable to change to the plugin "
+        "dir '/usr/libexec/datacenter-gpu-manager-4/plugins/cuda13/': 'No such file or "
+        "directory'\n"
+    )
+    assert grouped.stdout.startswith("Error: Unable to complete diagnostic for group 0. Return:")
     # with -j the same message as DCGM's JSON (Diag::HelperDisplayFailureMessage, Diag.cpp:633)
-    assert as_json.returncode == 204
+    assert as_json.returncode == 226
     assert json.loads(as_json.stdout) == {
         "DCGM Diagnostic": {"runtime_error": res.stdout.rstrip("\n"), "version": "4.4.2"}
     }
+    # the product's verdict names the exit status and the plugin directory
+    verdict = diag_verdict(res.stdout, res.returncode)
+    assert not verdict.ok
 
 
 def test_volta_on_580_uses_the_cuda12_variant(tmp_path: Path, debs) -> None:

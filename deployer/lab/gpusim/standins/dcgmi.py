@@ -9,7 +9,9 @@ GPUs are hidden), ``dcgmi/Health.cpp`` and ``dcgmi/Diag.cpp``. The exit status i
 
 - 0 when the command ran -- ``health -c`` included, whatever the health (``Health.cpp:389-391``);
 - 226 (DCGM_ST_NVVS_ERROR, -30) when a diagnostic test failed, 205 (DCGM_ST_NVVS_ISOLATE_ERROR,
-  -51) when the failure's error code has isolate priority (``Diag.cpp:248-293``);
+  -51) when the failure's error code has isolate priority (``Diag.cpp:248-293``); 226 too
+  when nvvs cannot load the plugins of the driver's CUDA major (no ``-cuda<N>`` package: its
+  message is the response's system error, ``Diag.cpp:436-477``);
 - 235 (DCGM_ST_CONNECTION_NOT_VALID, -21) without a host engine (``Command.cpp:83-105``);
 - 253 (DCGM_ST_GENERIC_ERROR, -3) for ``health -c`` before any watch is set (``Health.cpp:383``);
 - 2 for bad usage (the simulation's; real dcgmi's parser prints its usage).
@@ -36,7 +38,6 @@ ST_GENERIC_ERROR = 256 - 3
 ST_CONNECTION_NOT_VALID = 256 - 21
 ST_NVVS_ERROR = 256 - 30
 ST_NVVS_ISOLATE_ERROR = 256 - 51
-ST_NVVS_BINARY_NOT_FOUND = 256 - 52
 
 
 def version_tuple(version: str) -> tuple:
@@ -422,14 +423,11 @@ def main(argv: list) -> int:
         sys.stdout.write(f"Error: {reply.get('error')}\n")
         return EXIT_BAD_ARGS
     res = reply["result"]
-    if res["errors"]:  # the run did not complete (Diag.cpp:436-477)
-        # docs/unverified.md#gpusim-diag-missing-plugins
-        message = ("Error: Unable to complete diagnostic for group 0. Return: (-52) : "
-                   "The NVVS binary was not found in the specified location; please "
-                   "install it to /usr/libexec/datacenter-gpu-manager-4/ or set environment "
-                   "variable NVVS_BIN_PATH to the directory containing nvvs. If you set "
-                   "NVVS_BIN_PATH, please restart the DCGM service (nv-hostengine) if it is "
-                   "active.\n" + "\n".join(res["errors"]))  # fmt: skip
+    if res["errors"]:  # the run did not complete: Diag::RunDiagOnce (Diag.cpp:436-477 @v4.6.0)
+        group = _flag_value(args, "-g", "--group")
+        which = f"group {group}" if group is not None else "entities *,cpu:*"  # -i's default
+        message = (f"Error: Unable to complete diagnostic for {which}. Return: (-30) : "
+                   "DCGM GPU Diagnostic returned an error\n" + "\n".join(res["errors"]))  # fmt: skip
         # Diag::HelperDisplayFailureMessage (Diag.cpp:633-643): the message, or with -j its JSON
         # (then std::endl after toStyledString's own newline)
         if as_json:
@@ -437,7 +435,7 @@ def main(argv: list) -> int:
             sys.stdout.write(c.jsoncpp_styled({"DCGM Diagnostic": failed}) + "\n")
         else:
             sys.stdout.write(message + "\n")
-        return ST_NVVS_BINARY_NOT_FOUND
+        return ST_NVVS_ERROR
     sys.stdout.write(diag_json(res) if as_json else diag_report(res))
     return diag_status(res)
 

@@ -33,14 +33,17 @@ DIAG_TESTS = {
 
 
 def required_diag_major(driver_cuda: str, gpus: list) -> int:
-    """Which -cuda<N> diag package this driver and these GPUs need (dcgm.md section 3)."""
+    """Which -cuda<N> diag package's plugins nvvs loads for this driver and these GPUs: the
+    driver's CUDA major, but 12 for Maxwell, Pascal and Volta under CUDA 13.0 exactly (NVIDIA/DCGM
+    ``nvvs/include/TestFramework.inl:397-405`` @v4.6.0, ``GetCompatibleCudaMajorVersion``)."""
     try:
-        major = int(driver_cuda.split(".")[0])
+        major, _, rest = driver_cuda.partition(".")
+        version = (int(major), int(rest.split(".")[0] or 0))
     except ValueError:
         return 12
-    if major >= 13 and any(g.get("architecture") in OLD_ARCHS for g in gpus):
+    if version == (13, 0) and any(g.get("architecture") in OLD_ARCHS for g in gpus):
         return 12
-    return major
+    return version[0]
 
 
 # dcgmErrorMeta (dcgmlib/src/dcgm_errors.c @v4.6.0): error code (dcgmlib/dcgm_errors.h) ->
@@ -75,9 +78,14 @@ def run_diag(level: int, st: dict, hw: dict, driver: str, known: list | None = N
                             "serial": g.get("serial", "")} for g in gpus],
               "tests": [], "errors": []}  # fmt: skip
     if c.read_json(c.DCGM_DIAG_FILE.format(major=need)) is None:
+        # nvvs (in -core) loads the plugins of -cuda<N> from its plugin directory; without it
+        # TestFramework::LoadPluginWithDir throws (TestFramework.inl:574-579 @v4.6.0), nvvs
+        # reports it as the response's system error (NvvsMain.cpp:80, 129-132) and the host
+        # engine answers DCGM_ST_NVVS_ERROR (modules/diag/DcgmDiagManager.cpp:1186-1189)
         result["errors"].append(
-            f"No DCGM diagnostic plugins for CUDA {need} are installed (driver CUDA {cuda}; "
-            f"install datacenter-gpu-manager-4-cuda{need})."
+            "Error: Cannot load plugins. Unable to change to the plugin dir "
+            f"'/usr/libexec/datacenter-gpu-manager-4/plugins/cuda{need}/': "
+            "'No such file or directory'"
         )
         return result
     failure = st.get("validation_failure")
