@@ -66,6 +66,12 @@ def _err(message: str, code: int) -> dict:
             "isolate": severity == ISOLATE}  # fmt: skip
 
 
+def _device_id(g: dict) -> str:
+    """The PCI device id as nvvs prints it: 4 lowercase hex digits (nvvs/src/Gpu.cpp:89-92
+    @v4.6.0: ``std::hex << std::setw(4) << std::setfill('0')``)."""
+    return f"{int(g['pci_device_id'], 16):04x}"
+
+
 def run_diag(level: int, st: dict, hw: dict, driver: str, known: list | None = None) -> dict:
     """The result of ``dcgmi diag -r LEVEL``: per test, per GPU Pass/Fail with the DCGM errors
     (messages of dcgmlib/dcgm_errors.h, isolate priority of dcgmlib/src/dcgm_errors.c @v4.6.0)."""
@@ -73,8 +79,8 @@ def run_diag(level: int, st: dict, hw: dict, driver: str, known: list | None = N
     cuda = c.cuda_version()
     need = required_diag_major(cuda, hw.get("gpus", []))
     result = {"level": level, "dcgm_version": c.dcgm_version(), "driver": driver,
-              "device_ids": [g["pci_device_id"] for g in gpus],
-              "entities": [{"gpu": g["index"], "device_id": g["pci_device_id"],
+              "device_ids": [_device_id(g) for g in gpus],
+              "entities": [{"gpu": g["index"], "device_id": _device_id(g),
                             "serial": g.get("serial", "")} for g in gpus],
               "tests": [], "errors": []}  # fmt: skip
     if c.read_json(c.DCGM_DIAG_FILE.format(major=need)) is None:
