@@ -719,6 +719,24 @@ def test_a_driver_package_changed_without_a_reboot_fails_status_naming_the_host(
     assert rc == 0, why(data)
 
 
+def put_later_kernel(mlab: Lab, host: str, *, steps: int, headers: bool) -> tuple[str, str, str]:
+    """A kernel ``steps`` releases past the running one put on ``host`` as its package leaves it
+    (``/boot/config-*``, ``/boot/vmlinuz-*``, ``/lib/modules/<release>``; with ``headers`` their
+    ``build/include`` too), not booted: (its release, the paths made, the installed driver)."""
+    later = mlab.ssh(host, "uname -r").stdout.strip()
+    for _ in range(steps):
+        later = catalog.later_kernel(later)
+    made = f"/boot/config-{later} /boot/vmlinuz-{later} /lib/modules/{later}"
+    assert mlab.ssh(host, f"ls -d {made} 2>/dev/null || true").stdout.strip() == ""
+    installed = mlab.ssh(host, "dpkg-query -W -f='${Version}' nvidia-open").stdout.split("-")[0]
+    dirs = f"/lib/modules/{later}/kernel" + (
+        f" /lib/modules/{later}/build/include" if headers else ""
+    )
+    put = mlab.ssh(host, f"touch /boot/config-{later} /boot/vmlinuz-{later} && mkdir -p {dirs}")
+    assert put.returncode == 0, put.stderr
+    return later, made, installed
+
+
 def test_a_kernel_installed_after_the_driver_without_headers_fails_status_until_up_builds_it(
     deployed, mlab, inventory, stack_vars
 ):
@@ -729,14 +747,7 @@ def test_a_kernel_installed_after_the_driver_without_headers_fails_status_until_
     headers (the nvidia_driver role), whose hook has DKMS build the module, and checks it is
     there; status is green again."""
     host = hosts_in(mlab, "gpu")[0].name
-    running = mlab.ssh(host, "uname -r").stdout.strip()
-    later = catalog.later_kernel(running)
-    made = f"/boot/config-{later} /boot/vmlinuz-{later} /lib/modules/{later}"
-    assert mlab.ssh(host, f"ls -d {made} 2>/dev/null || true").stdout.strip() == ""
-    installed = mlab.ssh(host, "dpkg-query -W -f='${Version}' nvidia-open").stdout.split("-")[0]
-    put = mlab.ssh(host, f"touch /boot/config-{later} /boot/vmlinuz-{later} && "
-                         f"mkdir -p /lib/modules/{later}/kernel")  # fmt: skip
-    assert put.returncode == 0, put.stderr
+    later, made, installed = put_later_kernel(mlab, host, steps=1, headers=False)
     try:
         rc, data = status_json(inventory)
         assert rc == 1
@@ -789,14 +800,8 @@ def test_a_newer_kernel_whose_dkms_build_failed_fails_up_on_that_host_before_any
     DKMS's log is, so nobody reboots it into a kernel without its driver; once the module is
     built, ``up`` passes with no change."""
     host = hosts_in(mlab, "gpu")[0].name
-    running = mlab.ssh(host, "uname -r").stdout.strip()
-    later = catalog.later_kernel(catalog.later_kernel(running))  # no source offers its headers
-    made = f"/boot/config-{later} /boot/vmlinuz-{later} /lib/modules/{later}"
-    assert mlab.ssh(host, f"ls -d {made} 2>/dev/null || true").stdout.strip() == ""
-    installed = mlab.ssh(host, "dpkg-query -W -f='${Version}' nvidia-open").stdout.split("-")[0]
-    put = mlab.ssh(host, f"touch /boot/config-{later} /boot/vmlinuz-{later} && "
-                         f"mkdir -p /lib/modules/{later}/kernel /lib/modules/{later}/build/include")  # fmt: skip
-    assert put.returncode == 0, put.stderr
+    # two releases on: no source offers its headers, which are put in by hand with the kernel
+    later, made, installed = put_later_kernel(mlab, host, steps=2, headers=True)
     built = f"the module of driver {installed} is built for the kernel the next boot starts"
     try:
         proc = gpumon("up", "-i", str(inventory), "--limit", host, "--output", "json",

@@ -155,6 +155,19 @@ def test_health_text_and_json_are_what_the_port_of_dcgms_printing_code_prints(in
     assert standin_dcgmi.health_json(incidents, overall) == render.health_json(ported)
 
 
+def test_from_dcgm_4_5_a_lost_gpu_is_left_out_of_the_health_check(tmp_path: Path, debs) -> None:
+    """DCGM 4.5.0 checks only the group's active entities (modules/health/DcgmHealthWatch.cpp,
+    EntityListOption::ActiveOnly); 4.4.2 (the case above) reported the GPU fallen off the bus."""
+    root = host(tmp_path, debs, dcgm="4.5.3")
+    port = free_port()
+    with engine(root, port):
+        assert dcgmi(root, port, "health", "-s", "a").returncode == 0
+        apply_fault(root, "gpu-missing", {"gpu": 1})
+        res = dcgmi(root, port, "health", "-c")
+    assert res.returncode == 0
+    assert "| Overall Health            | Healthy" in res.stdout
+
+
 def test_the_health_text_is_dcgms_tree(h100) -> None:
     root, port = h100
     dcgmi(root, port, "health", "-s", "a")

@@ -170,9 +170,17 @@ class Engine:
         if op == "health_get":
             return {"ok": True, "mask": self.watches}
         if op == "health_check":
+            # From DCGM 4.5.0 the check reads only the group's active entities: a GPU DCGM has
+            # LOST gets no incident (modules/health/DcgmHealthWatch.cpp MonitorWatches,
+            # EntityListOption::ActiveOnly: :536 @v4.5.0, :660 @v4.6.0; 4.4.2 read every entity
+            # of the group, :459)
+            release = tuple(int(p) for p in c.dcgm_version().split(".")[:3] if p.isdigit())
+            active = {g["index"] for g in c.visible_gpus(hw, st)} if release >= (4, 5, 0) else None
             incidents = []
             for g in hw.get("gpus", []):
-                if g["index"] not in self.known:
+                if g["index"] not in self.known or (
+                    active is not None and g["index"] not in active
+                ):
                     continue
                 for system, level, msg, _code in c.gpu_health(g, st):
                     if self._watched(system):
