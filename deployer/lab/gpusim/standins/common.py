@@ -638,3 +638,8 @@ def jsoncpp_styled(value) -> str:
         return json.dumps(v)
 
     return write(value, 0, True) + "\n"
+
+
+def version_tuple(version: str) -> tuple:
+    """A release's numbers (``4.5.3`` -> ``(4, 5, 3)``), to compare releases."""
+    return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())

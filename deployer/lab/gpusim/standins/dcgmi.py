@@ -40,10 +40,6 @@ ST_NVVS_ERROR = 256 - 30
 ST_NVVS_ISOLATE_ERROR = 256 - 51
 
 
-def version_tuple(version: str) -> tuple:
-    return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
-
-
 # --- DcgmiOutputColumns (DcgmiOutput.cpp:384-533) ---------------------------------------------
 
 
@@ -70,7 +66,7 @@ def columns(widths: list, labels: list, sections: list, separate: bool) -> str:
 def discovery(reply: dict, version: str, show_all: bool) -> str:
     gpus = reply["gpus"]
     total = len(gpus)
-    active_style = version_tuple(version) >= (4, 5, 0)
+    active_style = c.version_tuple(version) >= (4, 5, 0)
     if active_style and not show_all:
         gpus = [g for g in gpus if g.get("status", "OK") == "OK"]
     sections = []
@@ -141,31 +137,48 @@ def _wrap_health(msg: str) -> list:
     return parts
 
 
+_RANK = {"Healthy": 0, "Warning": 1, "Failure": 2}
+
+
+def _worst(incidents: list) -> str:
+    return max((i["health"] for i in incidents), key=_RANK.get, default="Healthy")
+
+
+def health_tree(incidents: list) -> list:
+    """The report's entities as ``Health::HandleOneEntity`` builds them (``Health.cpp:279-328``):
+    per GPU (in the incidents' order) its worst health and its systems, each with its worst
+    health and its messages joined by ``", "`` (``AppendSystemIncidents``) and cut into pieces
+    (``AddErrorMessage``): ``[(gpu, health, [(system name, health, pieces)])]``."""
+    by_gpu: dict = {}
+    for inc in incidents:
+        by_gpu.setdefault(inc["gpu"], {}).setdefault(inc["system"], []).append(inc)
+    return [
+        (gpu, _worst([i for group in systems.values() for i in group]), [
+            (SYSTEM_NAMES.get(system, "Internal error"), _worst(group),
+             _wrap_health(", ".join(i["message"] for i in group)))
+            for system, group in systems.items()
+        ])
+        for gpu, systems in by_gpu.items()
+    ]  # fmt: skip
+
+
 def health_report(incidents: list) -> tuple:
     """(text, overall) of ``dcgmi health -c``; overall is Healthy, Warning or Failure."""
-    rank = {"Healthy": 0, "Warning": 1, "Failure": 2}
-    overall = max((i["health"] for i in incidents), key=rank.get, default="Healthy")
+    overall = _worst(incidents)
     widths = [TREE_LEFT - 1, TREE_RIGHT - 2]
     out = _hline(widths)
     out += f"| {'Health Monitor Report':<{TREE_LEFT + TREE_RIGHT - 3}}|\n"
     out += _hline(widths, "=")
     out += _tree_row(0, "", "Overall Health", overall)
-    by_gpu: dict = {}
-    for inc in incidents:
-        by_gpu.setdefault(inc["gpu"], []).append(inc)
-    if by_gpu:
+    tree = health_tree(incidents)
+    if tree:
         out += _tree_row(0, "", "GPU", "")
-    for gpu, incs in by_gpu.items():
-        worst = max((i["health"] for i in incs), key=rank.get)
+    for gpu, worst, systems in tree:
         out += _tree_row(1, "-> ", str(gpu), worst)
         out += _tree_row(2, "-> ", "Errors", "")
-        systems: dict = {}
-        for inc in incs:  # Health::AppendSystemIncidents joins one system's messages with ", "
-            systems.setdefault(inc["system"], []).append(inc)
-        for system, group in systems.items():
-            health = max((i["health"] for i in group), key=rank.get)
-            out += _tree_row(3, "-> ", SYSTEM_NAMES.get(system, "Internal error"), health)
-            for piece in _wrap_health(", ".join(i["message"] for i in group)):
+        for name, health, pieces in systems:
+            out += _tree_row(3, "-> ", name, health)
+            for piece in pieces:
                 out += _tree_row(3, "", "", piece)
     return out + _hline(widths), overall
 
@@ -177,24 +190,10 @@ def health_json(incidents: list, overall: str) -> str:
     wraps them) and ``children``; ``GPU`` -> entity -> ``Errors`` -> system
     (``Health::HandleOneEntity``, ``Health.cpp:279-328``; no ``GPU`` section when healthy).
     Printed as jsoncpp's ``toStyledString`` prints it (``common.jsoncpp_styled``)."""
-    rank = {"Healthy": 0, "Warning": 1, "Failure": 2}
     body: dict = {"Overall Health": {"value": overall}}
-    by_gpu: dict = {}
-    for inc in incidents:
-        by_gpu.setdefault(inc["gpu"], []).append(inc)
-    for gpu, incs in by_gpu.items():
-        systems: dict = {}
-        for inc in incs:
-            systems.setdefault(inc["system"], []).append(inc)
-        errors = {
-            SYSTEM_NAMES.get(system, "Internal error"): {
-                "value": max((i["health"] for i in group), key=rank.get),
-                "overflow": _wrap_health(", ".join(i["message"] for i in group)),
-            }
-            for system, group in systems.items()
-        }
-        entity = {"value": max((i["health"] for i in incs), key=rank.get),
-                  "children": {"Errors": {"children": errors}}}  # fmt: skip
+    for gpu, worst, systems in health_tree(incidents):
+        errors = {name: {"value": health, "overflow": pieces} for name, health, pieces in systems}
+        entity = {"value": worst, "children": {"Errors": {"children": errors}}}
         body.setdefault("GPU", {"children": {}})["children"][str(gpu)] = entity
     return c.jsoncpp_styled({"body": body, "header": ["Health Monitor Report"]})
 
@@ -232,8 +231,8 @@ def diag_report(res: dict) -> str:
     out += _data("DCGM Version", res["dcgm_version"])
     if res["driver"]:
         out += _data("Driver Version Detected", res["driver"])
-    if res["device_ids"]:
-        out += _data("GPU Device IDs Detected", ", ".join(res["device_ids"]))
+    if res["entities"]:
+        out += _data("GPU Device IDs Detected", ", ".join(e["device_id"] for e in res["entities"]))
     for category, banner in DIAG_CATEGORIES:
         tests = [t for t in res["tests"] if TEST_CATEGORY.get(t["name"]) == category]
         if not tests:
@@ -384,7 +383,7 @@ def main(argv: list) -> int:
             c.err("dcgmi discovery: use -l (list)")
             return EXIT_BAD_ARGS
         show_all = "-a" in args or "--all" in args
-        if show_all and version_tuple(mine) < (4, 5, 0):
+        if show_all and c.version_tuple(mine) < (4, 5, 0):
             c.err("dcgmi discovery: -a is new in DCGM 4.5")
             return EXIT_BAD_ARGS
         sys.stdout.write(discovery(ask({"op": "discovery"}), mine, show_all))

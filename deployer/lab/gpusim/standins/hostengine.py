@@ -79,7 +79,6 @@ def run_diag(level: int, st: dict, hw: dict, driver: str, known: list | None = N
     cuda = c.cuda_version()
     need = required_diag_major(cuda, hw.get("gpus", []))
     result = {"level": level, "dcgm_version": c.dcgm_version(), "driver": driver,
-              "device_ids": [_device_id(g) for g in gpus],
               "entities": [{"gpu": g["index"], "device_id": _device_id(g),
                             "serial": g.get("serial", "")} for g in gpus],
               "tests": [], "errors": []}  # fmt: skip
@@ -174,8 +173,8 @@ class Engine:
             # LOST gets no incident (modules/health/DcgmHealthWatch.cpp MonitorWatches,
             # EntityListOption::ActiveOnly: :536 @v4.5.0, :660 @v4.6.0; 4.4.2 read every entity
             # of the group, :459)
-            release = tuple(int(p) for p in c.dcgm_version().split(".")[:3] if p.isdigit())
-            active = {g["index"] for g in c.visible_gpus(hw, st)} if release >= (4, 5, 0) else None
+            newer = c.version_tuple(c.dcgm_version()) >= (4, 5, 0)
+            active = {g["index"] for g in c.visible_gpus(hw, st)} if newer else None
             incidents = []
             for g in hw.get("gpus", []):
                 if g["index"] not in self.known or (
