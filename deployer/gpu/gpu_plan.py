@@ -239,8 +239,8 @@ def module_check(
     headers, its DKMS build may still have failed -- an older driver branch that does not build
     against a newer kernel -- and nothing else on the run would say so before a reboot). A host
     with no kernel newer than the running one, whose loaded module is the planned driver, is not
-    asked: the running kernel's module is the one loaded. The read is batched with the play's other reads (no round trip
-    of its own)."""
+    asked: the running kernel's module is the one loaded. The read is batched with the play's
+    other reads (no round trip of its own)."""
     owed = facts.get("driver_loaded") != view["driver_version"]
     later = bool(facts.get("newest_kernel"))
     moved = changes or owed or later or bool(view.get("kernel_headers"))
